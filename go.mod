@@ -1,0 +1,3 @@
+module github.com/quarry-cc/quarry
+
+go 1.26
