@@ -1,0 +1,231 @@
+// Package config loads the Coordinator's configuration once, from MarbleRun's
+// environment variables and matching command-line flags (flags win), applies
+// defaults and validates it.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Defaults (behaviour.md §12).
+const (
+	DefaultClientAddr       = ":4433"
+	DefaultMeshAddr         = ":2001"
+	DefaultDNSNames         = "localhost"
+	DefaultSealDirName      = "marblerun-coordinator-data"
+	DefaultMaxManifestBytes = 8 << 20
+)
+
+// ErrHelp is returned by Load when help was requested; the usage text has
+// been written to the output already.
+var ErrHelp = flag.ErrHelp
+
+// Config is the whole Coordinator configuration.
+type Config struct {
+	// ClientAddr is the listen address of the Client API (HTTPS).
+	ClientAddr string
+	// MeshAddr is the listen address of the Marble API (gRPC over TLS).
+	MeshAddr string
+	// PrometheusAddr is the plain-HTTP metrics address; empty disables it.
+	PrometheusAddr string
+	// DNSNames are the names for the certificates' SANs: entries that parse
+	// as IP addresses become IP SANs, the rest DNS SANs.
+	DNSNames []string
+	// SealDir is the directory holding sealed_data and sealed_key.
+	SealDir string
+	// StartupManifest is a manifest file set at start when no state exists.
+	StartupManifest string
+	// DebugLogging enables debug-level logs.
+	DebugLogging bool
+	// DevMode enables human-readable logs.
+	DevMode bool
+	// HTTPErrorLogLevel is the level of net/http's internal error log.
+	HTTPErrorLogLevel slog.Level
+	// MaxManifestBytes bounds the body of manifest and update requests.
+	MaxManifestBytes int64
+}
+
+// Load reads the configuration: defaults, then the environment (through
+// getenv), then the flags in args (without the program name). Help goes to
+// out. The result is validated; any error says which setting is wrong.
+func Load(getenv func(string) string, args []string, out io.Writer) (Config, error) {
+	cwd := getenv("EDG_CWD")
+	if cwd == "" {
+		cwd = "."
+	}
+	env := func(name, def string) string {
+		if v, ok := lookup(getenv, name); ok {
+			return v
+		}
+		return def
+	}
+
+	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
+	fs.SetOutput(out)
+	var (
+		c                          Config
+		dnsNames, errLevel, maxMan string
+		debug, dev                 string
+	)
+	fs.StringVar(&c.ClientAddr, "client-addr", env("EDG_COORDINATOR_CLIENT_ADDR", DefaultClientAddr),
+		"listen address of the Client API (HTTPS) [EDG_COORDINATOR_CLIENT_ADDR]")
+	fs.StringVar(&c.MeshAddr, "mesh-addr", env("EDG_COORDINATOR_MESH_ADDR", DefaultMeshAddr),
+		"listen address of the Marble API (gRPC over TLS) [EDG_COORDINATOR_MESH_ADDR]")
+	fs.StringVar(&c.PrometheusAddr, "prometheus-addr", env("EDG_COORDINATOR_PROMETHEUS_ADDR", ""),
+		"plain-HTTP address for metrics; empty disables them [EDG_COORDINATOR_PROMETHEUS_ADDR]")
+	fs.StringVar(&dnsNames, "dns-names", env("EDG_COORDINATOR_DNS_NAMES", DefaultDNSNames),
+		"comma-separated DNS names and IP addresses for the Coordinator's certificates [EDG_COORDINATOR_DNS_NAMES]")
+	fs.StringVar(&c.SealDir, "seal-dir", env("EDG_COORDINATOR_SEAL_DIR", filepath.Join(cwd, DefaultSealDirName)),
+		"directory for the sealed state (sealed_data, sealed_key) [EDG_COORDINATOR_SEAL_DIR; default under EDG_CWD or the working directory]")
+	fs.StringVar(&c.StartupManifest, "startup-manifest", env("EDG_STARTUP_MANIFEST", ""),
+		"manifest file (JSON) to set at start when no state exists [EDG_STARTUP_MANIFEST]")
+	fs.StringVar(&debug, "debug", env("EDG_DEBUG_LOGGING", "0"),
+		"debug logging: 1 or 0 [EDG_DEBUG_LOGGING]")
+	fs.StringVar(&dev, "dev-mode", env("EDG_COORDINATOR_DEV_MODE", "0"),
+		"development mode (human-readable logs): 1 or 0 [EDG_COORDINATOR_DEV_MODE]")
+	fs.StringVar(&errLevel, "http-error-log-level", env("EDG_HTTP_ERROR_LOG_LEVEL", "error"),
+		"level of net/http's internal errors (TLS handshake failures, ...): debug, info, warn or error [EDG_HTTP_ERROR_LOG_LEVEL]")
+	fs.StringVar(&maxMan, "max-manifest-size", env("QUARRY_MAX_MANIFEST_SIZE", strconv.Itoa(DefaultMaxManifestBytes)),
+		"largest accepted body of a manifest or update request, in bytes [QUARRY_MAX_MANIFEST_SIZE]")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: coordinator [flags]\n\n"+
+			"Runs the Quarry Coordinator. Every flag can also be set by the environment\n"+
+			"variable named in brackets; a flag wins over its variable.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q (the coordinator takes flags only)", fs.Arg(0))
+	}
+
+	var errs []error
+	var err error
+	if c.DebugLogging, err = parseBool("debug", "EDG_DEBUG_LOGGING", debug); err != nil {
+		errs = append(errs, err)
+	}
+	if c.DevMode, err = parseBool("dev-mode", "EDG_COORDINATOR_DEV_MODE", dev); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.HTTPErrorLogLevel.UnmarshalText([]byte(errLevel)); err != nil || !knownLevel(errLevel) {
+		errs = append(errs, fmt.Errorf("http-error-log-level [EDG_HTTP_ERROR_LOG_LEVEL]: %q is not one of debug, info, warn, error", errLevel))
+	}
+	if n, err := strconv.ParseInt(maxMan, 10, 64); err != nil || n < 1024 || n > 1<<30 {
+		errs = append(errs, fmt.Errorf("max-manifest-size [QUARRY_MAX_MANIFEST_SIZE]: %q is not a byte count between 1024 and 1073741824", maxMan))
+	} else {
+		c.MaxManifestBytes = n
+	}
+	for _, n := range strings.Split(dnsNames, ",") {
+		c.DNSNames = append(c.DNSNames, strings.TrimSpace(n))
+	}
+	if err := c.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return c, errors.Join(errs...)
+}
+
+// Validate checks every setting and reports all problems at once.
+func (c Config) Validate() error {
+	var errs []error
+	check := func(flagName, env, addr string, optional bool) {
+		if addr == "" && optional {
+			return
+		}
+		if err := validateAddr(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s [%s]: %w", flagName, env, err))
+		}
+	}
+	check("client-addr", "EDG_COORDINATOR_CLIENT_ADDR", c.ClientAddr, false)
+	check("mesh-addr", "EDG_COORDINATOR_MESH_ADDR", c.MeshAddr, false)
+	check("prometheus-addr", "EDG_COORDINATOR_PROMETHEUS_ADDR", c.PrometheusAddr, true)
+	if len(c.DNSNames) == 0 {
+		errs = append(errs, errors.New("dns-names [EDG_COORDINATOR_DNS_NAMES]: at least one name is needed"))
+	}
+	for _, n := range c.DNSNames {
+		if net.ParseIP(n) == nil && !validDNSName(n) {
+			errs = append(errs, fmt.Errorf("dns-names [EDG_COORDINATOR_DNS_NAMES]: %q is neither a DNS name nor an IP address", n))
+		}
+	}
+	if c.SealDir == "" {
+		errs = append(errs, errors.New("seal-dir [EDG_COORDINATOR_SEAL_DIR]: must not be empty"))
+	}
+	return errors.Join(errs...)
+}
+
+// SplitNames splits DNSNames into DNS names and IP addresses.
+func (c Config) SplitNames() (dns []string, ips []net.IP) {
+	for _, n := range c.DNSNames {
+		if ip := net.ParseIP(n); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, n)
+		}
+	}
+	return dns, ips
+}
+
+func lookup(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	return v, v != ""
+}
+
+func parseBool(flagName, env, v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true":
+		return true, nil
+	case "0", "false", "":
+		return false, nil
+	}
+	return false, fmt.Errorf("%s [%s]: %q is not 1 or 0", flagName, env, v)
+}
+
+func knownLevel(s string) bool {
+	switch strings.ToLower(s) {
+	case "debug", "info", "warn", "error":
+		return true
+	}
+	return false
+}
+
+func validateAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not a host:port address: %w", addr, err)
+	}
+	if host != "" && net.ParseIP(host) == nil && !validDNSName(host) {
+		return fmt.Errorf("%q: bad host %q", addr, host)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || (port != "0" && p == 0) {
+		return fmt.Errorf("%q: port %q is not a number between 0 and 65535", addr, port)
+	}
+	return nil
+}
+
+// validDNSName accepts host names made of letters, digits, '-', '_', '.'
+// and a leading "*." wildcard label.
+func validDNSName(n string) bool {
+	n = strings.TrimPrefix(n, "*.")
+	if n == "" || len(n) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(n, "."), ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
