@@ -1,0 +1,63 @@
+package collateral
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Cache is a Provider that keeps what another Provider returned until the
+// collateral's earliest nextUpdate (see Collateral.Validity), measured with
+// the injected clock. Collateral that cannot be dated is returned but not
+// kept. Concurrent misses for the same key may each fetch.
+type Cache struct {
+	src Provider
+	now func() time.Time
+
+	mu      sync.Mutex
+	entries map[cacheKey]cacheEntry
+}
+
+type cacheKey struct {
+	fmspc [6]byte
+	ca    CA
+}
+
+type cacheEntry struct {
+	c     *Collateral
+	until time.Time
+}
+
+var _ Provider = (*Cache)(nil)
+
+// NewCache returns a Cache in front of src. A nil now means time.Now.
+func NewCache(src Provider, now func() time.Time) *Cache {
+	if now == nil {
+		now = time.Now
+	}
+	return &Cache{src: src, now: now, entries: make(map[cacheKey]cacheEntry)}
+}
+
+// Get returns cached collateral that is still before its nextUpdate, or
+// fetches it from the source.
+func (c *Cache) Get(ctx context.Context, fmspc [6]byte, ca CA) (*Collateral, error) {
+	key := cacheKey{fmspc, ca}
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	c.mu.Unlock()
+	if ok && c.now().Before(e.until) {
+		return e.c, nil
+	}
+	col, err := c.src.Get(ctx, fmspc, ca)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, until, err := col.Validity(); err == nil {
+		c.entries[key] = cacheEntry{col, until}
+	} else {
+		delete(c.entries, key)
+	}
+	return col, nil
+}
