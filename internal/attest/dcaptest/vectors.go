@@ -1,6 +1,7 @@
 package dcaptest
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,9 +15,19 @@ import (
 // when they are absent.
 func SGXTestdata(tb testing.TB, name string) string {
 	tb.Helper()
+	path, err := FindSGXTestdata(name)
+	if err != nil {
+		tb.Skipf("shared SGX test vectors absent (%v); they are expected at ../shared/testdata/sgx next to the repository", err)
+	}
+	return path
+}
+
+// FindSGXTestdata is SGXTestdata without a testing.TB, for fuzz seeds: it
+// returns an error when the file is absent.
+func FindSGXTestdata(name string) (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
-		tb.Skipf("shared SGX test vectors: %v", err)
+		return "", err
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
@@ -24,15 +35,15 @@ func SGXTestdata(tb testing.TB, name string) string {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			tb.Skip("shared SGX test vectors: no go.mod above the working directory")
+			return "", errors.New("no go.mod above the working directory")
 		}
 		dir = parent
 	}
 	path := filepath.Join(dir, "..", "shared", "testdata", "sgx", name)
 	if _, err := os.Stat(path); err != nil {
-		tb.Skipf("shared SGX test vectors absent (%v); they are expected at ../shared/testdata/sgx next to the repository", err)
+		return "", err
 	}
-	return path
+	return path, nil
 }
 
 // Files of the Phala dcap-qvl vector.
