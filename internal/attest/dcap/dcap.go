@@ -285,7 +285,8 @@ func (v *Verifier) Verify(ctx context.Context, quote []byte) (*Result, error) {
 		CollateralExpired:       len(validity.problems) > 0,
 	}
 	if res.CollateralExpired {
-		return res, fail(StepCollateralTime, ErrCollateralExpired, errors.New(strings.Join(validity.problems, "; ")))
+		return res, fail(StepCollateralTime, ErrCollateralExpired, fmt.Errorf("verification time %s: %s",
+			now.UTC().Format(time.RFC3339), strings.Join(validity.problems, "; ")))
 	}
 	return res, nil
 }
@@ -329,9 +330,8 @@ func verifyChain(chain []*x509.Certificate, root *x509.Certificate, now time.Tim
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
 	})
 	if err != nil {
-		if errors.As(err, new(x509.UnknownAuthorityError)) {
-			return kinded(ErrUntrustedRoot, "%w", err)
-		}
+		// The chain ends in the trusted root, so any failure (a bad
+		// signature, a validity period, a constraint) is the chain's.
 		return kinded(ErrBadChain, "%w", err)
 	}
 	return nil
@@ -441,8 +441,8 @@ func (v *validity) add(name string, from, until time.Time, now time.Time) {
 		v.until = until
 	}
 	if now.Before(from) || !now.Before(until) {
-		v.problems = append(v.problems, fmt.Sprintf("%s valid from %s until %s, verification time %s",
-			name, from.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
+		v.problems = append(v.problems, fmt.Sprintf("%s valid from %s until %s",
+			name, from.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339)))
 	}
 }
 
