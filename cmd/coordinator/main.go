@@ -1,0 +1,65 @@
+// Command coordinator runs the Quarry Coordinator.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/quarry-cc/quarry/internal/app"
+	"github.com/quarry-cc/quarry/internal/config"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitConfig  = 2
+)
+
+func main() {
+	os.Exit(run(os.Getenv, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(getenv func(string) string, args []string, stdout, stderr io.Writer) int {
+	cfg, err := config.Load(getenv, args, stdout)
+	if errors.Is(err, config.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "coordinator: invalid configuration:\n%v\n\nRun 'coordinator --help' for the settings.\n", err)
+		return exitConfig
+	}
+	log := newLogger(cfg, stderr)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	a, err := app.New(ctx, cfg, log)
+	if err != nil {
+		log.Error("cannot start", "error", err.Error())
+		return exitFailure
+	}
+	if err := a.Run(ctx); err != nil {
+		log.Error("stopped with an error", "error", err.Error())
+		return exitFailure
+	}
+	log.Info("stopped")
+	return exitOK
+}
+
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	if cfg.DebugLogging {
+		opts.Level = slog.LevelDebug
+	}
+	if cfg.DevMode {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}

@@ -1,0 +1,162 @@
+// Package app is the composition root: it builds the Coordinator from the
+// configuration with concrete backends (file store, simulation sealing and
+// attestation) and runs its servers.
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/quarry-cc/quarry/internal/attest"
+	"github.com/quarry-cc/quarry/internal/ca"
+	"github.com/quarry-cc/quarry/internal/config"
+	"github.com/quarry-cc/quarry/internal/core"
+	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/server/rest"
+	"github.com/quarry-cc/quarry/internal/store/filestore"
+)
+
+// File names in the seal directory (behaviour.md §10).
+const (
+	SealedDataFile = "sealed_data"
+	SealedKeyFile  = "sealed_key"
+)
+
+// shutdownTimeout bounds the graceful shutdown.
+const shutdownTimeout = 10 * time.Second
+
+// App is a configured Coordinator ready to run.
+type App struct {
+	cfg    config.Config
+	log    *slog.Logger
+	core   *core.Core
+	unlock func() error
+}
+
+// New builds the Coordinator: it takes the seal directory (exclusively),
+// loads the sealed state and applies the startup manifest if one is set.
+func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error) {
+	if err := os.MkdirAll(cfg.SealDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating seal directory: %w", err)
+	}
+	unlock, err := filestore.LockDir(cfg.SealDir)
+	if err != nil {
+		return nil, err
+	}
+	a := &App{cfg: cfg, log: log, unlock: unlock}
+	if err := a.init(ctx); err != nil {
+		unlock()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *App) init(ctx context.Context) error {
+	data, err := filestore.New(a.cfg.SealDir, SealedDataFile)
+	if err != nil {
+		return err
+	}
+	key, err := filestore.New(a.cfg.SealDir, SealedKeyFile)
+	if err != nil {
+		return err
+	}
+	dns, ips := a.cfg.SplitNames()
+	a.log.Warn("sealing in simulation mode: the data key is stored unprotected in sealed_key; do not use this for production secrets")
+	a.core, err = core.New(ctx, core.Options{
+		Names:     ca.Names{DNS: dns, IPs: ips},
+		Data:      data,
+		Key:       key,
+		KeySealer: seal.SimulationKeySealer{},
+		Issuer:    attest.SimulationIssuer{},
+		Logger:    a.log,
+	})
+	if err != nil {
+		return err
+	}
+	if a.cfg.PrometheusAddr != "" {
+		a.log.Warn("EDG_COORDINATOR_PROMETHEUS_ADDR is set, but this Coordinator does not serve metrics yet; ignoring it")
+	}
+	return a.applyStartupManifest(ctx)
+}
+
+// applyStartupManifest sets EDG_STARTUP_MANIFEST when no state exists. With
+// saved state the saved state wins, and the log says whether it matches
+// (decision D10). In recovery mode it is not applied: that would replace
+// the unrecovered state without an operator's decision.
+func (a *App) applyStartupManifest(ctx context.Context) error {
+	if a.cfg.StartupManifest == "" {
+		return nil
+	}
+	raw, err := os.ReadFile(a.cfg.StartupManifest)
+	if err != nil {
+		return fmt.Errorf("reading startup manifest: %w", err)
+	}
+	sum := sha256.Sum256(raw)
+	fp := hex.EncodeToString(sum[:])
+	switch a.core.Status() {
+	case core.StateAcceptingManifest:
+		if _, err := a.core.SetManifest(ctx, raw); err != nil {
+			return fmt.Errorf("setting startup manifest %s: %w", a.cfg.StartupManifest, err)
+		}
+		a.log.Info("startup manifest set", "file", a.cfg.StartupManifest, "manifestFingerprint", fp)
+	case core.StateAcceptingMarbles:
+		m, err := a.core.Manifest()
+		if err != nil {
+			return err
+		}
+		a.log.Info("saved state found; the startup manifest is not applied",
+			"file", a.cfg.StartupManifest, "matchesSavedManifest", m.Fingerprint == fp)
+	case core.StateRecovery:
+		a.log.Warn("in recovery mode; the startup manifest is not applied (recover, or set a manifest through the API)",
+			"file", a.cfg.StartupManifest)
+	}
+	return nil
+}
+
+// Run serves the Client API until ctx is cancelled, then shuts down
+// gracefully and releases the seal directory.
+func (a *App) Run(ctx context.Context) error {
+	defer a.unlock()
+	ln, err := net.Listen("tcp", a.cfg.ClientAddr)
+	if err != nil {
+		return fmt.Errorf("client API: %w", err)
+	}
+	handler := rest.New(a.core, rest.Options{MaxManifestBytes: a.cfg.MaxManifestBytes, Logger: a.log})
+	srv := &http.Server{
+		Handler:           handler,
+		TLSConfig:         rest.TLSConfig(a.core.TLSCertificate),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute,
+		WriteTimeout:      2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), a.cfg.HTTPErrorLogLevel),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	a.log.Info("client API listening", "addr", ln.Addr().String(), "state", int(a.core.Status()))
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("client API: %w", err)
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

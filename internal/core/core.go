@@ -1,0 +1,430 @@
+// Package core is the Coordinator: the state machine and the use cases of
+// the Client API. It owns the lock and the state transaction (load, change,
+// seal, store, then answer) and reaches storage, sealing and attestation only
+// through interfaces.
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quarry-cc/quarry/internal/attest"
+	"github.com/quarry-cc/quarry/internal/ca"
+	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/store"
+	"github.com/quarry-cc/quarry/manifest"
+)
+
+// Options are the Coordinator's dependencies.
+type Options struct {
+	// Names are the SANs of the CA certificates (loopback is always added).
+	Names ca.Names
+	// Data holds the sealed state (sealed_data); Key holds the sealed data
+	// key (sealed_key).
+	Data, Key store.Store
+	// KeySealer seals the data key for Key.
+	KeySealer seal.KeySealer
+	// Issuer produces quotes; attest.ErrUnsupported means simulation.
+	Issuer attest.Issuer
+	// Logger receives operational messages (never secrets).
+	Logger *slog.Logger
+	// Rand and Now default to crypto/rand and time.Now.
+	Rand io.Reader
+	Now  func() time.Time
+}
+
+// Core is the Coordinator. Reads take an immutable snapshot without locking;
+// every change runs under mu, is sealed and stored, and only then becomes
+// visible.
+type Core struct {
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex // serialises state transactions
+	dataRev store.Revision
+	keyRev  store.Revision
+	dek     []byte // data key of the sealed state; nil until known
+
+	// unreadable is the sealed blob found at start that could not be opened
+	// (recovery mode); it is kept for recovery and never overwritten.
+	unreadable []byte
+
+	snap atomic.Pointer[snapshot]
+}
+
+// snapshot is one consistent view of the Coordinator. It is never modified
+// after it has been published.
+type snapshot struct {
+	state       State
+	ca          *ca.Authority
+	quote       []byte // cached quote over the root; nil in simulation
+	persisted   *sealedState
+	manifest    *manifest.Manifest
+	fingerprint string
+}
+
+// sealedState is what the sealed blob holds (JSON inside the encryption).
+type sealedState struct {
+	// Format is the schema version of this structure.
+	Format            int
+	State             State
+	CA                ca.Persisted
+	RootSecret        []byte
+	Manifest          []byte
+	ManifestSignature []byte
+	// Packages are the effective packages (the manifest's, changed by
+	// package updates).
+	Packages map[string]manifest.Package
+}
+
+const stateFormat = 1
+
+// sealHeader is the public, authenticated part of the sealed blob.
+type sealHeader struct {
+	Format int `json:"format"`
+}
+
+// New creates the Coordinator and loads its state: no sealed state → state 2;
+// a sealed state that opens → state 3; one that exists but cannot be opened →
+// state 1 (recovery), leaving the stored blobs untouched.
+func New(ctx context.Context, opts Options) (*Core, error) {
+	if opts.Rand == nil {
+		opts.Rand = rand.Reader
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Issuer == nil {
+		opts.Issuer = attest.SimulationIssuer{}
+	}
+	c := &Core{opts: opts, log: opts.Logger}
+	snap, err := c.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if snap.quote, err = c.issueQuote(ctx, snap.ca, nil); err != nil {
+		return nil, err
+	}
+	if snap.quote == nil {
+		c.log.Warn("no quote can be produced: running in simulation mode; clients must opt in to trusting an unattested Coordinator")
+	}
+	c.snap.Store(snap)
+	return c, nil
+}
+
+// load reads the sealed state and decides the start state.
+func (c *Core) load(ctx context.Context) (*snapshot, error) {
+	blob, rev, err := c.opts.Data.Load(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return c.fresh(eventStartFresh)
+	}
+	if err != nil {
+		return c.enterRecovery(nil, "the sealed state cannot be read", err)
+	}
+	c.dataRev = rev
+	if _, err := seal.ReadHeader(blob); err != nil {
+		return c.enterRecovery(blob, "the sealed state is corrupt", err)
+	}
+	sealedKey, keyRev, err := c.opts.Key.Load(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return c.enterRecovery(blob, "the sealed data key is missing", err)
+	}
+	if err != nil {
+		return c.enterRecovery(blob, "the sealed data key cannot be read", err)
+	}
+	c.keyRev = keyRev
+	dek, err := c.opts.KeySealer.UnsealKey(sealedKey)
+	if err != nil {
+		return c.enterRecovery(blob, "the data key cannot be unsealed", err)
+	}
+	_, plaintext, err := seal.Open(dek, blob)
+	if err != nil {
+		return c.enterRecovery(blob, "the sealed state does not decrypt with the data key", err)
+	}
+	st, err := decodeState(plaintext)
+	if err != nil {
+		return c.enterRecovery(blob, "the decrypted state is invalid", err)
+	}
+	snap, err := restore(st)
+	if err != nil {
+		return c.enterRecovery(blob, "the decrypted state is invalid", err)
+	}
+	if _, err := next(StateUninitialized, eventStartSealed); err != nil {
+		return nil, err
+	}
+	c.dek = dek
+	c.log.Info("sealed state loaded", "state", int(snap.state), "manifestFingerprint", snap.fingerprint)
+	return snap, nil
+}
+
+// fresh returns a new in-memory snapshot with new CAs, reached on e.
+func (c *Core) fresh(e event) (*snapshot, error) {
+	s, err := next(StateUninitialized, e)
+	if err != nil {
+		return nil, err
+	}
+	dns, ips := c.opts.Names.DNS, c.opts.Names.IPs
+	authority, err := ca.New(c.opts.Rand, ca.Names{DNS: dns, IPs: ips}, c.opts.Now())
+	if err != nil {
+		return nil, err
+	}
+	return &snapshot{state: s, ca: authority}, nil
+}
+
+// enterRecovery starts in recovery mode: fresh in-memory CAs, the stored
+// blobs left exactly as they are.
+func (c *Core) enterRecovery(blob []byte, what string, cause error) (*snapshot, error) {
+	c.unreadable = blob
+	c.log.Error("entering recovery mode: "+what+"; the sealed files are left untouched",
+		"cause", cause.Error(),
+		"todo", "upload the recovery secrets (POST /api/v2/recover, e.g. with the CLI's recover command), or set a new manifest to start over (the old files are then moved aside, not deleted)")
+	return c.fresh(eventStartUnreadable)
+}
+
+func decodeState(plaintext []byte) (*sealedState, error) {
+	var st sealedState
+	if err := jsonUnmarshalStrict(plaintext, &st); err != nil {
+		return nil, err
+	}
+	if st.Format != stateFormat {
+		return nil, fmt.Errorf("unsupported state format %d (this Coordinator reads format %d)", st.Format, stateFormat)
+	}
+	return &st, nil
+}
+
+// restore builds a snapshot from a decrypted state.
+func restore(st *sealedState) (*snapshot, error) {
+	authority, err := ca.Restore(st.CA)
+	if err != nil {
+		return nil, err
+	}
+	m, err := manifest.Parse(st.Manifest)
+	if err != nil {
+		return nil, fmt.Errorf("stored manifest: %w", err)
+	}
+	if st.State != StateAcceptingMarbles {
+		return nil, fmt.Errorf("stored state %d is not %d", st.State, StateAcceptingMarbles)
+	}
+	return &snapshot{
+		state:       st.State,
+		ca:          authority,
+		persisted:   st,
+		manifest:    m,
+		fingerprint: fingerprint(st.Manifest),
+	}, nil
+}
+
+func fingerprint(raw []byte) string {
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// issueQuote asks the issuer for a quote bound to the root certificate and
+// nonce; nil without error means simulation.
+func (c *Core) issueQuote(ctx context.Context, a *ca.Authority, nonce []byte) ([]byte, error) {
+	q, err := c.opts.Issuer.Issue(ctx, attest.ReportData(a.Root.Raw, nonce))
+	if errors.Is(err, attest.ErrUnsupported) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("issuing quote: %w", err)
+	}
+	return q, nil
+}
+
+// commit seals st under the current data key and stores it: the sealed key
+// first when it is new, then the data with compare-and-swap. It returns only
+// when both are durable.
+func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, newKey bool) error {
+	plaintext, err := jsonMarshal(st)
+	if err != nil {
+		return fmt.Errorf("encoding state: %w", err)
+	}
+	hdr, err := jsonMarshal(header)
+	if err != nil {
+		return fmt.Errorf("encoding header: %w", err)
+	}
+	blob, err := seal.Seal(c.opts.Rand, c.dek, hdr, plaintext)
+	if err != nil {
+		return fmt.Errorf("sealing state: %w", err)
+	}
+	if newKey {
+		sealedKey, err := c.opts.KeySealer.SealKey(c.dek)
+		if err != nil {
+			return fmt.Errorf("sealing data key: %w", err)
+		}
+		rev, err := c.opts.Key.Save(ctx, sealedKey, c.keyRev)
+		if err != nil {
+			return fmt.Errorf("storing sealed data key: %w", err)
+		}
+		c.keyRev = rev
+	}
+	rev, err := c.opts.Data.Save(ctx, blob, c.dataRev)
+	if err != nil {
+		return fmt.Errorf("storing sealed state: %w", err)
+	}
+	c.dataRev = rev
+	return nil
+}
+
+// Status returns the current state.
+func (c *Core) Status() State { return c.snap.Load().state }
+
+// QuoteResult is the Coordinator's certificate chain and quote.
+type QuoteResult struct {
+	// ChainPEM is the intermediate then the root certificate, PEM.
+	ChainPEM []byte
+	// Quote is nil in simulation mode.
+	Quote []byte
+}
+
+// Quote returns the certificate chain and a quote over SHA-256(root DER ‖
+// nonce); without a nonce the cached quote.
+func (c *Core) Quote(ctx context.Context, nonce []byte) (QuoteResult, error) {
+	s := c.snap.Load()
+	if err := require(s.state, opQuote); err != nil {
+		return QuoteResult{}, err
+	}
+	res := QuoteResult{ChainPEM: s.ca.ChainPEM(), Quote: s.quote}
+	if len(nonce) > 0 {
+		q, err := c.issueQuote(ctx, s.ca, nonce)
+		if err != nil {
+			return QuoteResult{}, err
+		}
+		res.Quote = q
+	}
+	return res, nil
+}
+
+// TLSCertificate returns the Client API's current server certificate.
+func (c *Core) TLSCertificate() *tls.Certificate { return c.snap.Load().ca.TLSCertificate() }
+
+// ManifestResult is the stored manifest with its fingerprint and signature.
+type ManifestResult struct {
+	Raw         []byte
+	Fingerprint string
+	Signature   []byte
+}
+
+// Manifest returns the manifest exactly as uploaded.
+func (c *Core) Manifest() (ManifestResult, error) {
+	s := c.snap.Load()
+	if err := require(s.state, opGetManifest); err != nil {
+		return ManifestResult{}, err
+	}
+	return ManifestResult{Raw: s.persisted.Manifest, Fingerprint: s.fingerprint, Signature: s.persisted.ManifestSignature}, nil
+}
+
+// SetManifest validates and sets the first manifest (states 1 and 2), seals
+// and stores the new state, and returns the encrypted recovery secrets. In
+// recovery mode the old sealed files are moved aside first.
+func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.snap.Load()
+	if err := require(s.state, opSetManifest); err != nil {
+		return nil, err
+	}
+	m, err := manifest.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	to, err := next(s.state, eventManifestSet)
+	if err != nil {
+		return nil, err
+	}
+
+	raw = append([]byte(nil), raw...)
+	sig, err := s.ca.SignRoot(c.opts.Rand, raw)
+	if err != nil {
+		return nil, fmt.Errorf("signing manifest: %w", err)
+	}
+	persistedCA, err := s.ca.Persist()
+	if err != nil {
+		return nil, err
+	}
+	rootSecret := make([]byte, 32)
+	if _, err := io.ReadFull(c.opts.Rand, rootSecret); err != nil {
+		return nil, err
+	}
+	dek, err := seal.NewDataKey(c.opts.Rand)
+	if err != nil {
+		return nil, err
+	}
+	st := &sealedState{
+		Format:            stateFormat,
+		State:             to,
+		CA:                persistedCA,
+		RootSecret:        rootSecret,
+		Manifest:          raw,
+		ManifestSignature: sig,
+		Packages:          m.Packages,
+	}
+	if m.Config.SealMode == manifest.SealModeDisabled {
+		c.log.Warn("manifest sets SealMode Disabled: nothing is persisted; a restart starts over in state 2")
+	} else {
+		if s.state == StateRecovery {
+			if err := c.moveAside(ctx); err != nil {
+				return nil, err
+			}
+		}
+		c.dek = dek
+		if err := c.commit(ctx, st, sealHeader{Format: stateFormat}, true); err != nil {
+			return nil, err
+		}
+	}
+	c.snap.Store(&snapshot{
+		state:       to,
+		ca:          s.ca,
+		quote:       s.quote,
+		persisted:   st,
+		manifest:    m,
+		fingerprint: fingerprint(raw),
+	})
+	c.log.Info("manifest set", "manifestFingerprint", fingerprint(raw), "state", int(to))
+	return map[string][]byte{}, nil
+}
+
+// moveAside moves the unreadable sealed files out of the way (never deleting
+// them) before a new manifest replaces the state.
+func (c *Core) moveAside(ctx context.Context) error {
+	suffix := "unrecovered-" + c.opts.Now().UTC().Format("20060102T150405Z")
+	for _, st := range []struct {
+		name string
+		s    store.Store
+		rev  *store.Revision
+	}{{"sealed state", c.opts.Data, &c.dataRev}, {"sealed data key", c.opts.Key, &c.keyRev}} {
+		mover, ok := st.s.(store.Mover)
+		if !ok {
+			return fmt.Errorf("the store of the %s cannot move the old state aside; refusing to overwrite it", st.name)
+		}
+		where, err := mover.MoveAside(ctx, suffix)
+		if errors.Is(err, store.ErrNotFound) {
+			*st.rev = ""
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("moving the old %s aside: %w", st.name, err)
+		}
+		*st.rev = ""
+		c.log.Warn("a new manifest replaces the unrecovered state; the old file was moved aside", "what", st.name, "movedTo", where)
+	}
+	c.unreadable = nil
+	return nil
+}

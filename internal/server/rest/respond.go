@@ -1,0 +1,129 @@
+package rest
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/quarry-cc/quarry/api/jsend"
+	v2 "github.com/quarry-cc/quarry/api/v2"
+	"github.com/quarry-cc/quarry/internal/core"
+	"github.com/quarry-cc/quarry/manifest"
+)
+
+// Errors of the HTTP layer itself.
+var (
+	errUnknownPath = errors.New("unknown path")
+	errBadMethod   = errors.New("method not allowed")
+	errPanic       = errors.New("internal error")
+)
+
+// bodyError is a problem with the request body or query (400, or 413 when
+// the body is too large).
+type bodyError struct {
+	msg      string
+	tooLarge bool
+}
+
+func (e *bodyError) Error() string { return e.msg }
+
+// failData is an error that carries the data object of a fail response.
+type failData interface {
+	error
+	FailData() any
+}
+
+// statusOf maps an error to its HTTP status and whether the client caused it
+// (decision D1). It is the only error→status map.
+func statusOf(err error) (int, bool) {
+	var be *bodyError
+	switch {
+	case errors.As(err, &be):
+		if be.tooLarge {
+			return http.StatusRequestEntityTooLarge, true
+		}
+		return http.StatusBadRequest, true
+	case errors.Is(err, manifest.ErrInvalid), errors.Is(err, core.ErrInvalidRequest):
+		return http.StatusBadRequest, true
+	case errors.Is(err, core.ErrUnauthenticated):
+		return http.StatusUnauthorized, true
+	case errors.Is(err, core.ErrForbidden):
+		return http.StatusForbidden, true
+	case errors.Is(err, errUnknownPath), errors.Is(err, core.ErrNotFound):
+		return http.StatusNotFound, true
+	case errors.Is(err, errBadMethod):
+		return http.StatusMethodNotAllowed, true
+	case errors.Is(err, core.ErrWrongState), errors.Is(err, core.ErrConflict):
+		return http.StatusConflict, true
+	}
+	return http.StatusInternalServerError, false
+}
+
+// dataOf returns the data object of a fail response for err, if any.
+func dataOf(err error) any {
+	var ve *manifest.ValidationError
+	if errors.As(err, &ve) {
+		return v2.ValidationFailure{Section: ve.Section, Name: ve.Name, Field: ve.Field}
+	}
+	var fd failData
+	if errors.As(err, &fd) {
+		return fd.FailData()
+	}
+	return nil
+}
+
+// renderer writes every response of one API generation.
+type renderer struct {
+	log     *slog.Logger
+	v1      bool
+	methods map[string][]string // path → methods, for the Allow header
+}
+
+// write renders the result of a handler: success with data, or the error as
+// fail (client mistakes, v2) or error (v1 always; service failures always).
+// It is the only place that writes JSend.
+func (r renderer) write(w http.ResponseWriter, req *http.Request, data any, err error) {
+	status := http.StatusOK
+	var body any
+	if err == nil {
+		if r.v1 {
+			body = jsend.V1Response[any]{Status: jsend.StatusSuccess, Data: data}
+		} else {
+			body = jsend.Response[any]{Status: jsend.StatusSuccess, Data: data}
+		}
+	} else {
+		var client bool
+		status, client = statusOf(err)
+		msg := err.Error()
+		if !client {
+			r.log.Error("request failed", "requestID", requestID(req.Context()), "error", err.Error())
+			msg = "internal error (request ID " + requestID(req.Context()) + "); see the Coordinator's log"
+		}
+		switch {
+		case r.v1:
+			body = jsend.V1Response[any]{Status: jsend.StatusError, Message: msg}
+		case client:
+			body = jsend.Response[any]{Status: jsend.StatusFail, Data: dataOf(err), Message: msg}
+		default:
+			body = jsend.Response[any]{Status: jsend.StatusError, Message: msg}
+		}
+		if status == http.StatusMethodNotAllowed {
+			if allow := allowHeader(r.methods, req.URL.Path); allow != "" {
+				w.Header().Set("Allow", allow)
+			}
+		}
+	}
+	buf, mErr := json.Marshal(body)
+	if mErr != nil {
+		r.log.Error("encoding response", "requestID", requestID(req.Context()), "error", mErr.Error())
+		status = http.StatusInternalServerError
+		buf = []byte(`{"status":"error","data":null,"message":"internal error: response could not be encoded"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(buf, '\n'))
+}

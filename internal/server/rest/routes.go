@@ -1,0 +1,121 @@
+// Package rest serves the Client API over HTTP: one route table, the
+// middleware, one JSend renderer, and thin handlers for /api/v2 (and later
+// the unprefixed v1 adapters) over the Coordinator's use cases.
+package rest
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	v2 "github.com/quarry-cc/quarry/api/v2"
+	"github.com/quarry-cc/quarry/internal/core"
+)
+
+// Coordinator is what the REST server needs from the core.
+type Coordinator interface {
+	Status() core.State
+	Quote(ctx context.Context, nonce []byte) (core.QuoteResult, error)
+	Manifest() (core.ManifestResult, error)
+	SetManifest(ctx context.Context, raw []byte) (map[string][]byte, error)
+}
+
+// Options configure the server.
+type Options struct {
+	// MaxManifestBytes bounds manifest and update request bodies.
+	MaxManifestBytes int64
+	Logger           *slog.Logger
+}
+
+// Body limits of requests that are not manifests.
+const (
+	maxSmallBody = 1 << 20 // 1 MiB: secrets and other small requests
+)
+
+// handlerFunc is a use-case adapter: it returns the response data or an error.
+type handlerFunc func(r *http.Request) (any, error)
+
+// route is one entry of the route table.
+type route struct {
+	method, path string
+	handle       handlerFunc
+	v1           bool
+}
+
+type server struct {
+	c    Coordinator
+	opts Options
+	log  *slog.Logger
+}
+
+// routes is the one route table of the Client API.
+func (s *server) routes() []route {
+	return []route{
+		{method: http.MethodGet, path: v2.PathStatus, handle: s.getStatus},
+		{method: http.MethodGet, path: v2.PathManifest, handle: s.getManifest},
+		{method: http.MethodPost, path: v2.PathManifest, handle: s.postManifest},
+		{method: http.MethodGet, path: v2.PathQuote, handle: s.getQuote},
+	}
+}
+
+// New returns the Client API handler.
+func New(c Coordinator, opts Options) http.Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &server{c: c, opts: opts, log: opts.Logger}
+	mux := http.NewServeMux()
+	// methods maps each path of the route table to its methods; it tells
+	// 405 from 404 for requests no route matched.
+	methods := map[string][]string{}
+	for _, rt := range s.routes() {
+		methods[rt.path] = append(methods[rt.path], rt.method)
+	}
+	for _, rt := range s.routes() {
+		rend := renderer{log: s.log, v1: rt.v1, methods: methods}
+		h := rt.handle
+		mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
+			data, err := h(r)
+			rend.write(w, r, data, err)
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		err := fmt.Errorf("%w: %s", errUnknownPath, r.URL.Path)
+		if _, ok := methods[r.URL.Path]; ok {
+			err = fmt.Errorf("%w: %s %s (allowed: %s)", errBadMethod, r.Method, r.URL.Path, allowHeader(methods, r.URL.Path))
+		}
+		renderer{log: s.log, v1: !strings.HasPrefix(r.URL.Path, "/api/v2/"), methods: methods}.write(w, r, nil, err)
+	})
+	onPanic := func(w http.ResponseWriter, r *http.Request) {
+		renderer{log: s.log, v1: !strings.HasPrefix(r.URL.Path, "/api/v2/"), methods: methods}.write(w, r, nil, errPanic)
+	}
+	return withRequestLog(s.log, onPanic)(mux)
+}
+
+// allowHeader lists the methods a known path accepts.
+func allowHeader(methods map[string][]string, path string) string {
+	ms := slices.Clone(methods[path])
+	if slices.Contains(ms, http.MethodGet) {
+		ms = append(ms, http.MethodHead)
+	}
+	slices.Sort(ms)
+	return strings.Join(ms, ", ")
+}
+
+// TLSConfig returns the Client API's TLS configuration: TLS 1.2 or newer,
+// the Coordinator's current root certificate, and a client certificate
+// requested (users are checked per request) but not required.
+func TLSConfig(cert func() *tls.Certificate) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ClientAuth: tls.RequestClientCert,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return cert(), nil
+		},
+		NextProtos: []string{"h2", "http/1.1"},
+	}
+}

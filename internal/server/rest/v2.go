@@ -1,0 +1,75 @@
+package rest
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/http"
+
+	v2 "github.com/quarry-cc/quarry/api/v2"
+)
+
+// maxNonceBytes bounds the decoded quote nonce.
+const maxNonceBytes = 1024
+
+func (s *server) getStatus(*http.Request) (any, error) {
+	st := s.c.Status()
+	return v2.StatusResponse{Code: int(st), Status: int(st), Message: st.Message()}, nil
+}
+
+func (s *server) getManifest(*http.Request) (any, error) {
+	m, err := s.c.Manifest()
+	if err != nil {
+		return nil, err
+	}
+	return v2.ManifestGetResponse{
+		ManifestSignatureRootECDSA: m.Signature,
+		ManifestFingerprint:        m.Fingerprint,
+		Manifest:                   m.Raw,
+	}, nil
+}
+
+func (s *server) postManifest(r *http.Request) (any, error) {
+	var req v2.ManifestSetRequest
+	if err := decodeBody(r, s.opts.MaxManifestBytes, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Manifest) == 0 {
+		return nil, &bodyError{msg: `invalid request: the "manifest" member is missing or empty; it must hold the base64-encoded manifest`}
+	}
+	secrets, err := s.c.SetManifest(r.Context(), req.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	return v2.ManifestSetResponse{RecoverySecrets: secrets}, nil
+}
+
+func (s *server) getQuote(r *http.Request) (any, error) {
+	var nonce []byte
+	if q := r.URL.Query(); q.Get("nonce") != "" {
+		var err error
+		if nonce, err = decodeNonce(q.Get("nonce")); err != nil {
+			return nil, &bodyError{msg: "invalid query: bad nonce format: " + err.Error()}
+		}
+	}
+	res, err := s.c.Quote(r.Context(), nonce)
+	if err != nil {
+		return nil, err
+	}
+	return v2.QuoteResponse{Cert: string(res.ChainPEM), Quote: res.Quote}, nil
+}
+
+// decodeNonce decodes URL-safe base64, with or without padding.
+func decodeNonce(s string) ([]byte, error) {
+	enc := base64.URLEncoding
+	if len(s)%4 != 0 {
+		enc = base64.RawURLEncoding
+	}
+	n, err := enc.DecodeString(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(n) > maxNonceBytes {
+		return nil, fmt.Errorf("the nonce has %d bytes; at most %d are allowed", len(n), maxNonceBytes)
+	}
+	return n, nil
+}

@@ -1,0 +1,281 @@
+// Package integration builds the real coordinator binary once and drives it
+// over HTTPS on free loopback ports, with client certificates, SIGKILL and
+// restarts.
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// coordinatorBin is the binary built once in TestMain.
+var coordinatorBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "quarry-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	coordinatorBin = filepath.Join(dir, "coordinator")
+	build := exec.Command("go", "build", "-o", coordinatorBin, "github.com/quarry-cc/quarry/cmd/coordinator")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the coordinator:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// coordinator is one running coordinator process.
+type coordinator struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	addr    string
+	sealDir string
+	env     []string
+
+	mu     sync.Mutex
+	logs   bytes.Buffer
+	exited chan struct{}
+	err    error
+}
+
+// startCoordinator starts the binary with a seal directory (a new temporary
+// one if empty) on a free loopback port and waits until it listens.
+func startCoordinator(t *testing.T, sealDir string, env ...string) *coordinator {
+	t.Helper()
+	if sealDir == "" {
+		sealDir = t.TempDir()
+	}
+	c := &coordinator{t: t, sealDir: sealDir, env: env, exited: make(chan struct{})}
+	c.start()
+	t.Cleanup(func() { c.kill() })
+	return c
+}
+
+func (c *coordinator) start() {
+	t := c.t
+	t.Helper()
+	c.cmd = exec.Command(coordinatorBin)
+	c.cmd.Env = append([]string{
+		"PATH=" + os.Getenv("PATH"),
+		"EDG_COORDINATOR_CLIENT_ADDR=127.0.0.1:0",
+		"EDG_COORDINATOR_MESH_ADDR=127.0.0.1:0",
+		"EDG_COORDINATOR_SEAL_DIR=" + c.sealDir,
+		"EDG_DEBUG_LOGGING=1",
+	}, c.env...)
+	stderr, err := c.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.exited = make(chan struct{})
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			c.mu.Lock()
+			c.logs.Write(line)
+			c.logs.WriteByte('\n')
+			c.mu.Unlock()
+			var entry struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal(line, &entry) == nil && entry.Msg == "client API listening" {
+				addrc <- entry.Addr
+			}
+		}
+	}()
+	go func() {
+		c.err = c.cmd.Wait()
+		close(c.exited)
+	}()
+	select {
+	case c.addr = <-addrc:
+	case <-c.exited:
+		t.Fatalf("coordinator exited before listening: %v\n%s", c.err, c.Logs())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("coordinator did not start listening\n%s", c.Logs())
+	}
+}
+
+// Logs returns everything the process has logged.
+func (c *coordinator) Logs() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.logs.String()
+}
+
+// kill sends SIGKILL and waits for the process to end.
+func (c *coordinator) kill() {
+	select {
+	case <-c.exited:
+		return
+	default:
+	}
+	c.cmd.Process.Kill()
+	<-c.exited
+}
+
+// restart kills the process (SIGKILL) and starts it again on the same seal
+// directory.
+func (c *coordinator) restart() {
+	c.t.Helper()
+	c.kill()
+	c.start()
+}
+
+// stop sends SIGTERM and returns the exit error.
+func (c *coordinator) stop() error {
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(20 * time.Second):
+		c.t.Fatal("coordinator did not stop after SIGTERM")
+	}
+	return c.err
+}
+
+func (c *coordinator) url(path string) string { return "https://" + c.addr + path }
+
+// client returns an HTTPS client that trusts only root (or, if root is nil,
+// anything: used to fetch the chain first) and presents cert if given.
+func (c *coordinator) client(root *x509.Certificate, cert *tls.Certificate) *http.Client {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if root == nil {
+		cfg.InsecureSkipVerify = true
+	} else {
+		pool := x509.NewCertPool()
+		pool.AddCert(root)
+		cfg.RootCAs = pool
+		cfg.ServerName = "localhost"
+	}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+}
+
+// response is a decoded v2 JSend answer.
+type response struct {
+	HTTPStatus  int
+	ContentType string
+	Status      string          `json:"status"`
+	Data        json.RawMessage `json:"data"`
+	Message     string          `json:"message"`
+	Raw         []byte
+}
+
+// do sends a request and decodes the JSend envelope, failing the test if the
+// body is not JSON.
+func do(t *testing.T, hc *http.Client, method, url string, body any) response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := response{HTTPStatus: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Raw: raw}
+	if method != http.MethodHead {
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatalf("%s %s: body is not JSON (%v): %q", method, url, err, raw)
+		}
+	}
+	return r
+}
+
+// expect checks the HTTP status and JSend status of r.
+func expect(t *testing.T, r response, httpStatus int, jsendStatus string) {
+	t.Helper()
+	if r.HTTPStatus != httpStatus || r.Status != jsendStatus {
+		t.Fatalf("got HTTP %d %q, want HTTP %d %q; body %s", r.HTTPStatus, r.Status, httpStatus, jsendStatus, r.Raw)
+	}
+	if r.ContentType != "application/json" {
+		t.Fatalf("Content-Type = %q, want application/json", r.ContentType)
+	}
+	if jsendStatus != "success" && r.Message == "" {
+		t.Fatalf("%s response without a message: %s", jsendStatus, r.Raw)
+	}
+}
+
+// decode unmarshals the data of a success response.
+func decode(t *testing.T, r response, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Data, v); err != nil {
+		t.Fatalf("decoding data %s: %v", r.Data, err)
+	}
+}
+
+// newUserCert creates a self-signed client certificate for a manifest user.
+func newUserCert(t *testing.T, cn string) (tls.Certificate, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	pemText := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pemText
+}
