@@ -150,7 +150,7 @@ func TestUnreadableStateEntersRecovery(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, tc := range []struct {
-		name  string
+		name   string
 		break_ func(t *testing.T, s stores)
 	}{
 		{"missing key", func(t *testing.T, s stores) {
