@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/quarry-cc/quarry/internal/attest/collateral"
 )
@@ -20,6 +21,9 @@ type PCCSOptions struct {
 	// LegacyTCBHeader names the TCB info chain header SGX-TCB-Info-Issuer-Chain
 	// (PCS v3) instead of TCB-Info-Issuer-Chain.
 	LegacyTCBHeader bool
+	// FormEncodedChains encodes the chain headers with '+' for space (Go's
+	// url.QueryEscape) instead of Intel's %20.
+	FormEncodedChains bool
 }
 
 // PCCSHandler serves c the way a PCCS does: tcb?fmspc=, qe/identity,
@@ -46,12 +50,12 @@ func PCCSHandler(c *collateral.Collateral, o PCCSOptions) http.Handler {
 			http.Error(w, "fmspc missing", http.StatusBadRequest)
 			return
 		}
-		w.Header().Set(tcbHeader, chainHeader(c.TCBInfoIssuerChain))
+		w.Header().Set(tcbHeader, ChainHeader(c.TCBInfoIssuerChain, o.FormEncodedChains))
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(signed("tcbInfo", c.TCBInfo, c.TCBInfoSignature))
 	})
 	mux.HandleFunc("GET "+PCCSPath+"qe/identity", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("SGX-Enclave-Identity-Issuer-Chain", chainHeader(c.QEIdentityIssuerChain))
+		w.Header().Set("SGX-Enclave-Identity-Issuer-Chain", ChainHeader(c.QEIdentityIssuerChain, o.FormEncodedChains))
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(signed("enclaveIdentity", c.QEIdentity, c.QEIdentitySignature))
 	})
@@ -62,7 +66,7 @@ func PCCSHandler(c *collateral.Collateral, o PCCSOptions) http.Handler {
 			http.Error(w, "bad ca", http.StatusBadRequest)
 			return
 		}
-		w.Header().Set("SGX-PCK-CRL-Issuer-Chain", chainHeader(c.PCKCRLIssuerChain))
+		w.Header().Set("SGX-PCK-CRL-Issuer-Chain", ChainHeader(c.PCKCRLIssuerChain, o.FormEncodedChains))
 		w.Write(crl(c.PCKCRL))
 	})
 	mux.HandleFunc("GET "+PCCSPath+"rootcacrl", func(w http.ResponseWriter, r *http.Request) {
@@ -71,11 +75,17 @@ func PCCSHandler(c *collateral.Collateral, o PCCSOptions) http.Handler {
 	return mux
 }
 
-// chainHeader URL-encodes the PEM of certs as Intel's PCS does.
-func chainHeader(certs []*x509.Certificate) string {
+// ChainHeader URL-encodes the PEM of certs as Intel's PCS does
+// (encodeURIComponent: space as %20, '+' as %2B), or with '+' for space
+// when form is set.
+func ChainHeader(certs []*x509.Certificate, form bool) string {
 	var p []byte
 	for _, c := range certs {
 		p = append(p, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
 	}
-	return url.QueryEscape(string(p))
+	enc := url.QueryEscape(string(p))
+	if form {
+		return enc
+	}
+	return strings.ReplaceAll(enc, "+", "%20")
 }

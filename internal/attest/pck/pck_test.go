@@ -89,7 +89,9 @@ type pair struct {
 	Value any
 }
 
-func oid(arcs ...int) asn1.ObjectIdentifier { return append(slices.Clone(pck.OIDSGXExtension), arcs...) }
+func oid(arcs ...int) asn1.ObjectIdentifier {
+	return append(slices.Clone(pck.OIDSGXExtension), arcs...)
+}
 
 // build encodes an extension from valid parts after edit changed them.
 func build(t *testing.T, edit func(top, tcb *[]pair)) []byte {

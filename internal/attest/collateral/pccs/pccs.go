@@ -146,8 +146,10 @@ func (c *Client) httpClient() *http.Client {
 }
 
 // chainHeader decodes the issuer chain in the first present header among
-// names. It is URL-encoded; '+' stays '+' (it is PEM base64), so both path-
-// and query-style encodings decode correctly.
+// names. Intel percent-encodes it like encodeURIComponent (space as %20,
+// '+' as %2B). Some servers use form encoding, where '+' means space; the
+// only spaces in PEM are in the armour lines, so those are repaired instead
+// of guessing the encoding (a literal '+' elsewhere is base64).
 func chainHeader(h http.Header, names ...string) ([]*x509.Certificate, error) {
 	for _, name := range names {
 		v := h.Get(name)
@@ -158,6 +160,7 @@ func chainHeader(h http.Header, names ...string) ([]*x509.Certificate, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: header %s: %w", collateral.ErrFormat, name, err)
 		}
+		pemText = armour.Replace(pemText)
 		certs, err := collateral.ParseChain([]byte(pemText))
 		if err != nil {
 			return nil, fmt.Errorf("header %s: %w", name, err)
@@ -166,3 +169,5 @@ func chainHeader(h http.Header, names ...string) ([]*x509.Certificate, error) {
 	}
 	return nil, fmt.Errorf("%w: no %s header", collateral.ErrFormat, names[0])
 }
+
+var armour = strings.NewReplacer("-----BEGIN+CERTIFICATE-----", "-----BEGIN CERTIFICATE-----", "-----END+CERTIFICATE-----", "-----END CERTIFICATE-----")
