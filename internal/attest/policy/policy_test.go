@@ -2,8 +2,8 @@ package policy_test
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
