@@ -57,3 +57,21 @@ type ValidationFailure struct {
 	Name    string `json:"name,omitempty"`
 	Field   string `json:"field,omitempty"`
 }
+
+// RecoverRequest is the body of POST /api/v2/recover.
+type RecoverRequest struct {
+	RecoverySecret          []byte `json:"recoverySecret"`
+	RecoverySecretSignature []byte `json:"recoverySecretSignature"`
+}
+
+// RecoverResponse is the data of POST /api/v2/recover.
+type RecoverResponse struct {
+	Remaining int    `json:"remaining"`
+	Message   string `json:"message"`
+}
+
+// RecoveryPublicKeyResponse is the data of GET /api/v2/recover/public-key.
+type RecoveryPublicKeyResponse struct {
+	Algorithm          string `json:"algorithm"`
+	EphemeralPublicKey []byte `json:"ephemeralPublicKey"`
+}

@@ -77,6 +77,8 @@ func (a *App) init(ctx context.Context) error {
 		KeySealer: seal.SimulationKeySealer{},
 		Issuer:    attest.SimulationIssuer{},
 		Logger:    a.log,
+
+		RecoveryTimeout: a.cfg.RecoveryTimeout,
 	})
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Defaults (behaviour.md §12).
@@ -22,6 +23,7 @@ const (
 	DefaultDNSNames         = "localhost"
 	DefaultSealDirName      = "marblerun-coordinator-data"
 	DefaultMaxManifestBytes = 8 << 20
+	DefaultRecoveryTimeout  = 30 * time.Minute
 )
 
 // ErrHelp is returned by Load when help was requested; the usage text has
@@ -51,6 +53,9 @@ type Config struct {
 	HTTPErrorLogLevel slog.Level
 	// MaxManifestBytes bounds the body of manifest and update requests.
 	MaxManifestBytes int64
+	// RecoveryTimeout is how long uploaded recovery shares wait for the
+	// rest of their round (0: no expiry).
+	RecoveryTimeout time.Duration
 }
 
 // Load reads the configuration: defaults, then the environment (through
@@ -73,7 +78,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	var (
 		c                          Config
 		dnsNames, errLevel, maxMan string
-		debug, dev                 string
+		debug, dev, recTimeout     string
 	)
 	fs.StringVar(&c.ClientAddr, "client-addr", env("EDG_COORDINATOR_CLIENT_ADDR", DefaultClientAddr),
 		"listen address of the Client API (HTTPS) [EDG_COORDINATOR_CLIENT_ADDR]")
@@ -95,6 +100,8 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"level of net/http's internal errors (TLS handshake failures, ...): debug, info, warn or error [EDG_HTTP_ERROR_LOG_LEVEL]")
 	fs.StringVar(&maxMan, "max-manifest-size", env("QUARRY_MAX_MANIFEST_SIZE", strconv.Itoa(DefaultMaxManifestBytes)),
 		"largest accepted body of a manifest or update request, in bytes [QUARRY_MAX_MANIFEST_SIZE]")
+	fs.StringVar(&recTimeout, "recovery-timeout", env("QUARRY_RECOVERY_TIMEOUT", DefaultRecoveryTimeout.String()),
+		"how long uploaded recovery shares wait for the rest of their round, e.g. 30m; 0 disables expiry [QUARRY_RECOVERY_TIMEOUT]")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: coordinator [flags]\n\n"+
 			"Runs the Quarry Coordinator. Every flag can also be set by the environment\n"+
@@ -123,6 +130,11 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		errs = append(errs, fmt.Errorf("max-manifest-size [QUARRY_MAX_MANIFEST_SIZE]: %q is not a byte count between 1024 and 1073741824", maxMan))
 	} else {
 		c.MaxManifestBytes = n
+	}
+	if d, err := time.ParseDuration(recTimeout); err != nil || d < 0 {
+		errs = append(errs, fmt.Errorf("recovery-timeout [QUARRY_RECOVERY_TIMEOUT]: %q is not a duration such as 30m or 0", recTimeout))
+	} else {
+		c.RecoveryTimeout = d
 	}
 	for _, n := range strings.Split(dnsNames, ",") {
 		c.DNSNames = append(c.DNSNames, strings.TrimSpace(n))

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -26,6 +27,7 @@ func TestDefaults(t *testing.T) {
 		SealDir:           filepath.Join(".", "marblerun-coordinator-data"),
 		HTTPErrorLogLevel: slog.LevelError,
 		MaxManifestBytes:  8 << 20,
+		RecoveryTimeout:   30 * time.Minute,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
@@ -76,6 +78,7 @@ func TestInvalid(t *testing.T) {
 		{"empty dns entry", map[string]string{"EDG_COORDINATOR_DNS_NAMES": "a,,b"}, nil, `"" is neither`},
 		{"bad bool", map[string]string{"EDG_DEBUG_LOGGING": "yes"}, nil, "debug [EDG_DEBUG_LOGGING]"},
 		{"bad level", map[string]string{"EDG_HTTP_ERROR_LOG_LEVEL": "loud"}, nil, "http-error-log-level"},
+		{"bad timeout", map[string]string{"QUARRY_RECOVERY_TIMEOUT": "soon"}, nil, "recovery-timeout"},
 		{"bad size", nil, []string{"--max-manifest-size", "12"}, "max-manifest-size"},
 		{"unknown flag", nil, []string{"--nope"}, "flag provided but not defined"},
 		{"argument", nil, []string{"extra"}, "unexpected argument"},

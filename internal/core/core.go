@@ -7,6 +7,7 @@ package core
 import (
 	"context"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/quarry-cc/quarry/internal/attest"
 	"github.com/quarry-cc/quarry/internal/ca"
+	"github.com/quarry-cc/quarry/internal/recovery"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/manifest"
@@ -38,6 +40,12 @@ type Options struct {
 	Issuer attest.Issuer
 	// Logger receives operational messages (never secrets).
 	Logger *slog.Logger
+	// RecoveryTimeout is how long an incomplete recovery round lives after
+	// its first accepted share (0: forever).
+	RecoveryTimeout time.Duration
+	// EphemeralKeyBits is the size of the recovery ephemeral RSA key
+	// (default 4096).
+	EphemeralKeyBits int
 	// Rand and Now default to crypto/rand and time.Now.
 	Rand io.Reader
 	Now  func() time.Time
@@ -58,6 +66,10 @@ type Core struct {
 	// unreadable is the sealed blob found at start that could not be opened
 	// (recovery mode); it is kept for recovery and never overwritten.
 	unreadable []byte
+	// header is the current sealed state's public header.
+	header sealHeader
+	// rec is the recovery round (recovery mode only).
+	rec recoveryRound
 
 	snap atomic.Pointer[snapshot]
 }
@@ -89,9 +101,11 @@ type sealedState struct {
 
 const stateFormat = 1
 
-// sealHeader is the public, authenticated part of the sealed blob.
+// sealHeader is the public, authenticated part of the sealed blob: what
+// recovery needs before the state can be decrypted.
 type sealHeader struct {
-	Format int `json:"format"`
+	Format   int             `json:"format"`
+	Recovery recovery.Public `json:"recovery"`
 }
 
 // New creates the Coordinator and loads its state: no sealed state → state 2;
@@ -109,6 +123,9 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	}
 	if opts.Issuer == nil {
 		opts.Issuer = attest.SimulationIssuer{}
+	}
+	if opts.EphemeralKeyBits == 0 {
+		opts.EphemeralKeyBits = 4096
 	}
 	c := &Core{opts: opts, log: opts.Logger}
 	snap, err := c.load(ctx)
@@ -135,7 +152,8 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 		return c.enterRecovery(nil, "the sealed state cannot be read", err)
 	}
 	c.dataRev = rev
-	if _, err := seal.ReadHeader(blob); err != nil {
+	hdr, err := decodeHeader(blob)
+	if err != nil {
 		return c.enterRecovery(blob, "the sealed state is corrupt", err)
 	}
 	sealedKey, keyRev, err := c.opts.Key.Load(ctx)
@@ -166,6 +184,7 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 		return nil, err
 	}
 	c.dek = dek
+	c.header = hdr
 	c.log.Info("sealed state loaded", "state", int(snap.state), "manifestFingerprint", snap.fingerprint)
 	return snap, nil
 }
@@ -188,6 +207,7 @@ func (c *Core) fresh(e event) (*snapshot, error) {
 // blobs left exactly as they are.
 func (c *Core) enterRecovery(blob []byte, what string, cause error) (*snapshot, error) {
 	c.unreadable = blob
+	c.rec.start(blob, c.opts.RecoveryTimeout, c.opts.Now)
 	c.log.Error("entering recovery mode: "+what+"; the sealed files are left untouched",
 		"cause", cause.Error(),
 		"todo", "upload the recovery secrets (POST /api/v2/recover, e.g. with the CLI's recover command), or set a new manifest to start over (the old files are then moved aside, not deleted)")
@@ -363,10 +383,17 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 	if _, err := io.ReadFull(c.opts.Rand, rootSecret); err != nil {
 		return nil, err
 	}
-	dek, err := seal.NewDataKey(c.opts.Rand)
-	if err != nil {
-		return nil, err
+	keys := make(map[string]*rsa.PublicKey, len(m.RecoveryKeys))
+	for name, text := range m.RecoveryKeys {
+		if keys[name], err = recovery.ParsePublicKeyPEM(text); err != nil {
+			return nil, classify(ErrInvalidRequest, fmt.Errorf("recovery key %s: %w", name, err))
+		}
 	}
+	dek, recoverySecrets, pub, err := recovery.Generate(c.opts.Rand, keys, m.Config.RecoveryThreshold)
+	if err != nil {
+		return nil, classify(ErrInvalidRequest, fmt.Errorf("generating recovery secrets: %w", err))
+	}
+	header := sealHeader{Format: stateFormat, Recovery: pub}
 	st := &sealedState{
 		Format:            stateFormat,
 		State:             to,
@@ -384,11 +411,15 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 				return nil, err
 			}
 		}
+		prevDEK := c.dek
 		c.dek = dek
-		if err := c.commit(ctx, st, sealHeader{Format: stateFormat}, true); err != nil {
+		if err := c.commit(ctx, st, header, true); err != nil {
+			c.dek = prevDEK
 			return nil, err
 		}
+		c.header = header
 	}
+	c.rec.stop()
 	c.snap.Store(&snapshot{
 		state:       to,
 		ca:          s.ca,
@@ -397,8 +428,8 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 		manifest:    m,
 		fingerprint: fingerprint(raw),
 	})
-	c.log.Info("manifest set", "manifestFingerprint", fingerprint(raw), "state", int(to))
-	return map[string][]byte{}, nil
+	c.log.Info("manifest set", "manifestFingerprint", fingerprint(raw), "state", int(to), "recoveryMode", string(pub.Mode))
+	return recoverySecrets, nil
 }
 
 // moveAside moves the unreadable sealed files out of the way (never deleting

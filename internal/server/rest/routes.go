@@ -22,6 +22,8 @@ type Coordinator interface {
 	Quote(ctx context.Context, nonce []byte) (core.QuoteResult, error)
 	Manifest() (core.ManifestResult, error)
 	SetManifest(ctx context.Context, raw []byte) (map[string][]byte, error)
+	Recover(ctx context.Context, secret, signature []byte) (core.RecoverResult, error)
+	RecoveryPublicKey(ctx context.Context) ([]byte, error)
 }
 
 // Options configure the server.
@@ -33,7 +35,8 @@ type Options struct {
 
 // Body limits of requests that are not manifests.
 const (
-	maxSmallBody = 1 << 20 // 1 MiB: secrets and other small requests
+	maxSmallBody   = 1 << 20  // 1 MiB: secrets and other small requests
+	maxRecoverBody = 64 << 10 // 64 KiB: a recovery secret and its signature
 )
 
 // handlerFunc is a use-case adapter: it returns the response data or an error.
@@ -59,6 +62,8 @@ func (s *server) routes() []route {
 		{method: http.MethodGet, path: v2.PathManifest, handle: s.getManifest},
 		{method: http.MethodPost, path: v2.PathManifest, handle: s.postManifest},
 		{method: http.MethodGet, path: v2.PathQuote, handle: s.getQuote},
+		{method: http.MethodPost, path: v2.PathRecover, handle: s.postRecover},
+		{method: http.MethodGet, path: v2.PathRecoverKey, handle: s.getRecoveryKey},
 	}
 }
 

@@ -73,3 +73,33 @@ func decodeNonce(s string) ([]byte, error) {
 	}
 	return n, nil
 }
+
+func (s *server) postRecover(r *http.Request) (any, error) {
+	var req v2.RecoverRequest
+	if err := decodeBody(r, maxRecoverBody, &req); err != nil {
+		return nil, err
+	}
+	if len(req.RecoverySecret) == 0 {
+		return nil, &bodyError{msg: `invalid request: the "recoverySecret" member is missing or empty`}
+	}
+	if len(req.RecoverySecretSignature) == 0 {
+		return nil, &bodyError{msg: `invalid request: the "recoverySecretSignature" member is missing or empty`}
+	}
+	res, err := s.c.Recover(r.Context(), req.RecoverySecret, req.RecoverySecretSignature)
+	if err != nil {
+		return nil, err
+	}
+	msg := "Recovery successful."
+	if res.Remaining > 0 {
+		msg = fmt.Sprintf("Secret was processed successfully. Upload the next secret. Remaining secrets: %d", res.Remaining)
+	}
+	return v2.RecoverResponse{Remaining: res.Remaining, Message: msg}, nil
+}
+
+func (s *server) getRecoveryKey(r *http.Request) (any, error) {
+	der, err := s.c.RecoveryPublicKey(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	return v2.RecoveryPublicKeyResponse{Algorithm: "RSA", EphemeralPublicKey: der}, nil
+}

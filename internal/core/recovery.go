@@ -1,0 +1,223 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/quarry-cc/quarry/internal/recovery"
+	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/manifest"
+)
+
+// recoveryRound is the recovery state of a Coordinator in recovery mode: the
+// share collector for the unreadable blob (or why it cannot be recovered),
+// and the ephemeral key, created on first request and kept in memory only.
+type recoveryRound struct {
+	collector *recovery.Collector
+	cannot    error // why the blob cannot be recovered at all
+
+	ephMu sync.Mutex
+	eph   *rsa.PrivateKey
+}
+
+// start prepares recovery of blob: its public header names the recovery
+// keys and shares.
+func (r *recoveryRound) start(blob []byte, ttl time.Duration, now func() time.Time) {
+	r.collector, r.cannot = nil, nil
+	if blob == nil {
+		r.cannot = errors.New("the sealed state cannot be read")
+		return
+	}
+	hdr, err := decodeHeader(blob)
+	if err != nil {
+		r.cannot = fmt.Errorf("the sealed state is corrupt (%v)", err)
+		return
+	}
+	if hdr.Recovery.Mode == recovery.ModeNone || hdr.Recovery.Mode == "" {
+		r.cannot = recovery.ErrNotRecoverable
+		return
+	}
+	r.collector = recovery.NewCollector(hdr.Recovery, ttl, now)
+}
+
+// stop ends recovery: shares and the ephemeral key are dropped.
+func (r *recoveryRound) stop() {
+	if r.collector != nil {
+		r.collector.Reset()
+	}
+	r.collector, r.cannot = nil, nil
+	r.ephMu.Lock()
+	r.eph = nil
+	r.ephMu.Unlock()
+}
+
+// decodeHeader reads the public header of a sealed blob.
+func decodeHeader(blob []byte) (sealHeader, error) {
+	raw, err := seal.ReadHeader(blob)
+	if err != nil {
+		return sealHeader{}, err
+	}
+	var h sealHeader
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return sealHeader{}, fmt.Errorf("%w: header: %v", seal.ErrCorrupt, err)
+	}
+	return h, nil
+}
+
+// classified is an error that belongs to a class (ErrInvalidRequest, …)
+// while keeping its own message and chain.
+type classified struct{ class, err error }
+
+func (e classified) Error() string   { return e.err.Error() }
+func (e classified) Unwrap() []error { return []error{e.class, e.err} }
+
+func classify(class, err error) error { return classified{class: class, err: err} }
+
+// RecoveryPublicKey returns the ephemeral RSA public key (PKIX DER) that
+// recovery secrets may be encrypted to. It is created on first use and kept
+// in memory only. Recovery mode only.
+func (c *Core) RecoveryPublicKey(context.Context) ([]byte, error) {
+	if err := require(c.Status(), opRecover); err != nil {
+		return nil, err
+	}
+	r := &c.rec
+	r.ephMu.Lock()
+	defer r.ephMu.Unlock()
+	if r.eph == nil {
+		k, err := rsa.GenerateKey(c.opts.Rand, c.opts.EphemeralKeyBits)
+		if err != nil {
+			return nil, fmt.Errorf("generating ephemeral key: %w", err)
+		}
+		r.eph = k
+	}
+	return x509.MarshalPKIXPublicKey(&r.eph.PublicKey)
+}
+
+// RecoverResult is the progress of a recovery.
+type RecoverResult struct {
+	// Remaining is the number of shares still needed; 0 means recovered.
+	Remaining int
+}
+
+// Recover takes one recovery secret (plain, or encrypted to the ephemeral
+// key) with its signature. Each upload is checked at once (decision D6);
+// a rejected upload leaves the round as it was. When enough shares are in,
+// the sealed state is decrypted, checked against the sealed manifest,
+// restored with its root certificate, and sealed again under a fresh sealed
+// key, so the next start needs no recovery.
+func (c *Core) Recover(ctx context.Context, secret, signature []byte) (RecoverResult, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.snap.Load()
+	if err := require(s.state, opRecover); err != nil {
+		return RecoverResult{}, err
+	}
+	r := &c.rec
+	if r.cannot != nil {
+		return RecoverResult{}, classify(ErrConflict, fmt.Errorf("the sealed state cannot be recovered: %w; set a new manifest to start over (the old files are kept)", r.cannot))
+	}
+	if len(signature) == 0 {
+		return RecoverResult{}, classify(ErrInvalidRequest, errors.New("the recovery secret signature is missing"))
+	}
+	if !recovery.IsPlainSecretLength(len(secret)) {
+		r.ephMu.Lock()
+		eph := r.eph
+		r.ephMu.Unlock()
+		if eph == nil {
+			return RecoverResult{}, classify(ErrInvalidRequest, fmt.Errorf("the recovery secret has %d bytes, so it must be encrypted to the ephemeral key, but no ephemeral key has been requested (GET /api/v2/recover/public-key)", len(secret)))
+		}
+		plain, err := recovery.DecryptWithEphemeral(eph, secret)
+		if err != nil {
+			return RecoverResult{}, classify(ErrInvalidRequest, fmt.Errorf("failed to decrypt recovery secret: %w", err))
+		}
+		secret = plain
+	}
+	remaining, key, err := r.collector.Add(secret, signature)
+	if err != nil {
+		return RecoverResult{Remaining: remaining}, classify(ErrInvalidRequest, err)
+	}
+	if remaining > 0 {
+		c.log.Info("recovery secret accepted", "remaining", remaining)
+		return RecoverResult{Remaining: remaining}, nil
+	}
+	if err := c.restoreWith(ctx, key); err != nil {
+		r.collector.Reset()
+		return RecoverResult{}, err
+	}
+	return RecoverResult{}, nil
+}
+
+// restoreWith opens the unreadable blob with key, checks it, and makes it
+// the current state.
+func (c *Core) restoreWith(ctx context.Context, key []byte) error {
+	hdrRaw, plaintext, err := seal.Open(key, c.unreadable)
+	if err != nil {
+		return classify(ErrInvalidRequest, fmt.Errorf("the combined recovery secrets do not decrypt the sealed state: %w", err))
+	}
+	var hdr sealHeader
+	if err := json.Unmarshal(hdrRaw, &hdr); err != nil {
+		return fmt.Errorf("decrypted header: %w", err)
+	}
+	st, err := decodeState(plaintext)
+	if err != nil {
+		return fmt.Errorf("the decrypted state is invalid: %w", err)
+	}
+	snap, err := restore(st)
+	if err != nil {
+		return fmt.Errorf("the decrypted state is invalid: %w", err)
+	}
+	// The final check: the recovery keys in the header must be exactly the
+	// sealed manifest's.
+	if err := sameRecoveryKeys(snap.manifest, hdr.Recovery); err != nil {
+		return classify(ErrInvalidRequest, fmt.Errorf("recovery keys in the sealed manifest do not match the recovery data: %w", err))
+	}
+	to, err := next(StateRecovery, eventRecovered)
+	if err != nil {
+		return err
+	}
+	snap.state = to
+	if snap.quote, err = c.issueQuote(ctx, snap.ca, nil); err != nil {
+		return err
+	}
+	prevDEK := c.dek
+	c.dek = key
+	if err := c.commit(ctx, st, hdr, true); err != nil {
+		c.dek = prevDEK
+		return err
+	}
+	c.header = hdr
+	c.unreadable = nil
+	c.rec.stop()
+	c.snap.Store(snap)
+	c.log.Info("recovery successful: the sealed state is restored and sealed again", "manifestFingerprint", snap.fingerprint)
+	return nil
+}
+
+// sameRecoveryKeys checks that pub lists exactly the manifest's recovery
+// keys.
+func sameRecoveryKeys(m *manifest.Manifest, pub recovery.Public) error {
+	if len(m.RecoveryKeys) != len(pub.Keys) {
+		return fmt.Errorf("expected %d keys, got %d", len(m.RecoveryKeys), len(pub.Keys))
+	}
+	for name, text := range m.RecoveryKeys {
+		k, err := recovery.ParsePublicKeyPEM(text)
+		if err != nil {
+			return fmt.Errorf("key %s: %w", name, err)
+		}
+		der, err := x509.MarshalPKIXPublicKey(k)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(der, pub.Keys[name].PublicKey) {
+			return fmt.Errorf("no matching recovery public key for %q", name)
+		}
+	}
+	return nil
+}
