@@ -75,3 +75,94 @@ type RecoveryPublicKeyResponse struct {
 	Algorithm          string `json:"algorithm"`
 	EphemeralPublicKey []byte `json:"ephemeralPublicKey"`
 }
+
+// Secret is one secret as GET /api/v2/secrets returns it (decision D5:
+// lower-camel names). For symmetric keys and plain secrets Private and
+// Public both hold the key or data.
+type Secret struct {
+	Type        string `json:"type"`
+	Size        uint   `json:"size,omitempty"`
+	Shared      bool   `json:"shared"`
+	UserDefined bool   `json:"userDefined"`
+	Cert        []byte `json:"cert,omitempty"`
+	ValidFor    uint   `json:"validFor,omitempty"`
+	Private     []byte `json:"private,omitempty"`
+	Public      []byte `json:"public,omitempty"`
+}
+
+// SecretsGetResponse is the data of GET /api/v2/secrets.
+type SecretsGetResponse struct {
+	Secrets map[string]Secret `json:"secrets"`
+}
+
+// UserSecret is one uploaded secret (decision D4): Key alone, or Cert with
+// Private and/or Public. Member names are matched case-insensitively, so
+// MarbleRun's Cert/Key/Private are accepted too.
+type UserSecret struct {
+	Key     []byte `json:"key,omitempty"`
+	Cert    []byte `json:"cert,omitempty"`
+	Private []byte `json:"private,omitempty"`
+	Public  []byte `json:"public,omitempty"`
+}
+
+// SecretsSetRequest is the body of POST /api/v2/secrets.
+type SecretsSetRequest struct {
+	Secrets map[string]UserSecret `json:"secrets"`
+}
+
+// UpdateLogResponse is the data of GET /api/v2/update: one JSON entry per
+// string.
+type UpdateLogResponse struct {
+	UpdateLog []string `json:"updateLog"`
+}
+
+// UpdateRequest is the body of POST /api/v2/update and POST
+// /api/v2/update-manifest.
+type UpdateRequest struct {
+	Manifest []byte `json:"manifest"`
+}
+
+// UpdateResponse is the data of POST /api/v2/update.
+type UpdateResponse struct {
+	MissingAcknowledgments int               `json:"missingAcknowledgments"`
+	MissingUsers           []string          `json:"missingUsers"`
+	RecoverySecrets        map[string][]byte `json:"recoverySecrets,omitempty"`
+}
+
+// UpdateAckResponse is the data of POST /api/v2/update-manifest.
+type UpdateAckResponse struct {
+	Message                string            `json:"message"`
+	MissingAcknowledgments int               `json:"missingAcknowledgments"`
+	MissingUsers           []string          `json:"missingUsers"`
+	RecoverySecrets        map[string][]byte `json:"recoverySecrets,omitempty"`
+}
+
+// PendingUpdateResponse is the data of GET /api/v2/update-manifest.
+type PendingUpdateResponse struct {
+	Manifest     []byte   `json:"manifest"`
+	MissingUsers []string `json:"missingUsers"`
+	Message      string   `json:"message"`
+}
+
+// UpdateCancelResponse is the data of POST /api/v2/update-cancel.
+type UpdateCancelResponse struct {
+	Message string `json:"message"`
+}
+
+// SignQuoteRequest is the body of POST /api/v2/sign-quote.
+type SignQuoteRequest struct {
+	SGXQuote []byte `json:"sgxQuote"`
+}
+
+// SignQuoteResponse is the data of POST /api/v2/sign-quote. Signature and
+// VerificationSignature carry the same value (decision D3).
+type SignQuoteResponse struct {
+	Signature             []byte `json:"signature"`
+	VerificationSignature []byte `json:"verificationSignature"`
+	TCBStatus             string `json:"tcbStatus"`
+}
+
+// SignQuoteFailure is the data of a fail response of POST /api/v2/sign-quote.
+type SignQuoteFailure struct {
+	SGXQuote string `json:"sgxQuote"`
+}
