@@ -116,7 +116,7 @@ func (v *Verifier) Verify(ctx context.Context, quote []byte) (*Result, error) {
 		}
 		return nil, fail(StepParse, ErrFormat, err)
 	}
-	if q.Header.QEVendorID != sgxquote.IntelQEVendorID {
+	if q.Header.QEVendorID != sgxquote.IntelQEVendorID() {
 		return nil, fail(StepParse, ErrUnsupported, fmt.Errorf("QE vendor ID %x is not Intel's", q.Header.QEVendorID))
 	}
 	chain, err := q.PCKChain()
@@ -202,14 +202,14 @@ func (v *Verifier) Verify(ctx context.Context, quote []byte) (*Result, error) {
 	var validity validity
 
 	// Step 2/5: root CA CRL; the intermediate must not be revoked.
-	if err := checkCRL(col.RootCACRL, root, root.RawSubject, &validity, "root CA CRL", now); err != nil {
+	if err := checkCRL(col.RootCACRL, root, &validity, "root CA CRL", now); err != nil {
 		return nil, fail(StepRootCACRL, kindOf(err), err)
 	}
 	if isRevoked(col.RootCACRL, inter) {
 		return nil, fail(StepRootCACRL, ErrRevoked, fmt.Errorf("%s (serial %x)", inter.Subject.CommonName, inter.SerialNumber))
 	}
 	// Step 5: PCK CRL; the leaf must not be revoked.
-	if err := checkCRL(col.PCKCRL, inter, leaf.RawIssuer, &validity, "PCK CRL", now); err != nil {
+	if err := checkCRL(col.PCKCRL, inter, &validity, "PCK CRL", now); err != nil {
 		return nil, fail(StepPCKCRL, kindOf(err), err)
 	}
 	if isRevoked(col.PCKCRL, leaf) {
@@ -337,13 +337,14 @@ func verifyChain(chain []*x509.Certificate, root *x509.Certificate, now time.Tim
 	return nil
 }
 
-// checkCRL checks that crl was issued by issuer (whose subject must be
-// wantIssuer) and signed by it, and records its validity window.
-func checkCRL(crl *x509.RevocationList, issuer *x509.Certificate, wantIssuer []byte, v *validity, name string, now time.Time) error {
+// checkCRL checks that crl names issuer as its issuer and is signed by it,
+// and records its validity window. For the PCK CRL the issuer is the
+// verified intermediate, whose subject is the PCK leaf's issuer.
+func checkCRL(crl *x509.RevocationList, issuer *x509.Certificate, v *validity, name string, now time.Time) error {
 	if crl == nil {
 		return kinded(ErrCollateral, "%s missing", name)
 	}
-	if !bytes.Equal(crl.RawIssuer, wantIssuer) || !bytes.Equal(crl.RawIssuer, issuer.RawSubject) {
+	if !bytes.Equal(crl.RawIssuer, issuer.RawSubject) {
 		return kinded(ErrBadCRL, "issued by %q, want %q", crl.Issuer.CommonName, issuer.Subject.CommonName)
 	}
 	if err := crl.CheckSignatureFrom(issuer); err != nil {

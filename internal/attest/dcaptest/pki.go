@@ -109,7 +109,7 @@ func (p *PKI) IssuePCK(tb testing.TB, ext pck.Extension, key *ecdsa.PrivateKey) 
 		Subject:               intelName(CNPCK),
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageContentCommitment,
-		ExtraExtensions:       []pkix.Extension{{Id: pck.OIDSGXExtension, Value: MarshalExtension(tb, ext)}},
+		ExtraExtensions:       []pkix.Extension{{Id: pck.OIDSGXExtension(), Value: MarshalExtension(tb, ext)}},
 	}, p.PCKCA, p.PCKCAKey, key)
 }
 
@@ -170,7 +170,7 @@ func (p *PKI) crl(tb testing.TB, issuer *x509.Certificate, key *ecdsa.PrivateKey
 // layout Intel uses: a SEQUENCE of (OID, value) pairs.
 func MarshalExtension(tb testing.TB, ext pck.Extension) []byte {
 	tb.Helper()
-	base := pck.OIDSGXExtension
+	base := pck.OIDSGXExtension()
 	oid := func(parent asn1.ObjectIdentifier, arc int) asn1.ObjectIdentifier {
 		return append(slices.Clone(parent), arc)
 	}

@@ -124,7 +124,8 @@ func (pl *Platform) Quote(tb testing.TB, o QuoteOptions) []byte {
 		binary.LittleEndian.PutUint16(hdr[8:], pl.QE.QESVN)
 		binary.LittleEndian.PutUint16(hdr[10:], pl.Ext.PCESVN)
 	}
-	copy(hdr[12:28], sgxquote.IntelQEVendorID[:])
+	vendor := sgxquote.IntelQEVendorID()
+	copy(hdr[12:28], vendor[:])
 	copy(hdr[28:44], "synthetic-qe-id!")
 	var body sgxquote.ReportBody
 	e := o.Enclave

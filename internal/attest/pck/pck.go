@@ -12,8 +12,11 @@ import (
 	"slices"
 )
 
-// OIDSGXExtension identifies the SGX extension of a PCK certificate.
-var OIDSGXExtension = asn1.ObjectIdentifier{1, 2, 840, 113741, 1, 13, 1}
+// OIDSGXExtension returns the OID of the SGX extension of a PCK
+// certificate, 1.2.840.113741.1.13.1.
+func OIDSGXExtension() asn1.ObjectIdentifier {
+	return asn1.ObjectIdentifier{1, 2, 840, 113741, 1, 13, 1}
+}
 
 var (
 	// ErrFormat means the SGX extension is malformed or lacks a required field.
@@ -55,7 +58,7 @@ type Configuration struct {
 	SMTEnabled      *bool
 }
 
-// Arcs below OIDSGXExtension.
+// Arcs below the SGX extension OID.
 const (
 	arcPPID               = 1
 	arcTCB                = 2
@@ -76,8 +79,9 @@ const (
 // FromCertificate decodes the SGX extension of c.
 func FromCertificate(c *x509.Certificate) (*Extension, error) {
 	var found []byte
+	oid := OIDSGXExtension()
 	for _, e := range c.Extensions {
-		if e.Id.Equal(OIDSGXExtension) {
+		if e.Id.Equal(oid) {
 			if found != nil {
 				return nil, fmt.Errorf("%w: extension appears twice", ErrFormat)
 			}
@@ -98,41 +102,42 @@ type entry struct {
 
 // Parse decodes the DER value of the SGX extension.
 func Parse(der []byte) (*Extension, error) {
-	top, err := entries(der, OIDSGXExtension)
+	base := OIDSGXExtension()
+	top, err := entries(der, base)
 	if err != nil {
 		return nil, err
 	}
 	var ext Extension
 	for _, arc := range []int{arcPPID, arcTCB, arcPCEID, arcFMSPC, arcSGXType} {
 		if _, ok := top[arc]; !ok {
-			return nil, fmt.Errorf("%w: missing %s", ErrFormat, name(OIDSGXExtension, arc))
+			return nil, fmt.Errorf("%w: missing %s", ErrFormat, name(base, arc))
 		}
 	}
-	if err := octets(top[arcPPID], ext.PPID[:], name(OIDSGXExtension, arcPPID)); err != nil {
+	if err := octets(top[arcPPID], ext.PPID[:], name(base, arcPPID)); err != nil {
 		return nil, err
 	}
-	if err := octets(top[arcPCEID], ext.PCEID[:], name(OIDSGXExtension, arcPCEID)); err != nil {
+	if err := octets(top[arcPCEID], ext.PCEID[:], name(base, arcPCEID)); err != nil {
 		return nil, err
 	}
-	if err := octets(top[arcFMSPC], ext.FMSPC[:], name(OIDSGXExtension, arcFMSPC)); err != nil {
+	if err := octets(top[arcFMSPC], ext.FMSPC[:], name(base, arcFMSPC)); err != nil {
 		return nil, err
 	}
 	var typ asn1.Enumerated
-	if err := exact(top[arcSGXType], &typ, name(OIDSGXExtension, arcSGXType)); err != nil {
+	if err := exact(top[arcSGXType], &typ, name(base, arcSGXType)); err != nil {
 		return nil, err
 	}
 	ext.SGXType = SGXType(typ)
-	if err := parseTCB(top[arcTCB], &ext); err != nil {
+	if err := parseTCB(top[arcTCB], base, &ext); err != nil {
 		return nil, err
 	}
 	if v, ok := top[arcPlatformInstanceID]; ok {
 		if v.Class != asn1.ClassUniversal || v.Tag != asn1.TagOctetString || v.IsCompound {
-			return nil, fmt.Errorf("%w: %s is not an OCTET STRING", ErrFormat, name(OIDSGXExtension, arcPlatformInstanceID))
+			return nil, fmt.Errorf("%w: %s is not an OCTET STRING", ErrFormat, name(base, arcPlatformInstanceID))
 		}
 		ext.PlatformInstanceID = slices.Clone(v.Bytes)
 	}
 	if v, ok := top[arcConfiguration]; ok {
-		c, err := parseConfiguration(v)
+		c, err := parseConfiguration(v, base)
 		if err != nil {
 			return nil, err
 		}
@@ -141,8 +146,8 @@ func Parse(der []byte) (*Extension, error) {
 	return &ext, nil
 }
 
-func parseTCB(v asn1.RawValue, ext *Extension) error {
-	tcbOID := append(slices.Clone(OIDSGXExtension), arcTCB)
+func parseTCB(v asn1.RawValue, base asn1.ObjectIdentifier, ext *Extension) error {
+	tcbOID := append(slices.Clone(base), arcTCB)
 	m, err := entries(v.FullBytes, tcbOID)
 	if err != nil {
 		return err
@@ -181,8 +186,8 @@ func parseTCB(v asn1.RawValue, ext *Extension) error {
 	return octets(raw, ext.CPUSVN[:], name(tcbOID, arcCPUSVN))
 }
 
-func parseConfiguration(v asn1.RawValue) (*Configuration, error) {
-	confOID := append(slices.Clone(OIDSGXExtension), arcConfiguration)
+func parseConfiguration(v asn1.RawValue, base asn1.ObjectIdentifier) (*Configuration, error) {
+	confOID := append(slices.Clone(base), arcConfiguration)
 	m, err := entries(v.FullBytes, confOID)
 	if err != nil {
 		return nil, err

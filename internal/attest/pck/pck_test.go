@@ -90,7 +90,7 @@ type pair struct {
 }
 
 func oid(arcs ...int) asn1.ObjectIdentifier {
-	return append(slices.Clone(pck.OIDSGXExtension), arcs...)
+	return append(pck.OIDSGXExtension(), arcs...)
 }
 
 // build encodes an extension from valid parts after edit changed them.

@@ -30,10 +30,6 @@ var (
 	ErrReportData      = errors.New("policy: report data does not match")
 )
 
-// defaultAccepted are the statuses accepted besides UpToDate when a package
-// lists none (MarbleRun's ERT validator default).
-var defaultAccepted = []string{tcbstatus.SWHardeningNeeded.String()}
-
 // Check reports whether res satisfies pkg. It checks, in MarbleRun's order,
 // the TCB status, the advisories, then the enclave's identity:
 //   - UpToDate is always accepted; other statuses only if listed in
@@ -81,7 +77,8 @@ func checkStatus(status tcbstatus.Status, accepted []string) error {
 		return nil
 	}
 	if len(accepted) == 0 {
-		accepted = defaultAccepted
+		// MarbleRun's ERT validator default.
+		accepted = []string{tcbstatus.SWHardeningNeeded.String()}
 	}
 	if status != tcbstatus.Unknown && slices.ContainsFunc(accepted, func(s string) bool { return strings.EqualFold(s, status.String()) }) {
 		return nil

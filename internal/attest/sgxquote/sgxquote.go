@@ -54,8 +54,11 @@ const (
 	CertTypeQEReport      = 6 // v4/v5: QE report certification data wrapping 1–5
 )
 
-// IntelQEVendorID is the QE vendor ID of Intel's quoting enclave.
-var IntelQEVendorID = [16]byte{0x93, 0x9a, 0x72, 0x33, 0xf7, 0x9c, 0x4c, 0xa9, 0x94, 0x0a, 0x0d, 0xb3, 0x95, 0x7f, 0x06, 0x07}
+// IntelQEVendorID returns the QE vendor ID of Intel's quoting enclave,
+// 939A7233-F79C-4CA9-940A-0DB3957F0607.
+func IntelQEVendorID() [16]byte {
+	return [16]byte{0x93, 0x9a, 0x72, 0x33, 0xf7, 0x9c, 0x4c, 0xa9, 0x94, 0x0a, 0x0d, 0xb3, 0x95, 0x7f, 0x06, 0x07}
+}
 
 var (
 	// ErrFormat means the input is not a well-formed quote (or OE report):

@@ -30,7 +30,7 @@ func TestParsePhala(t *testing.T) {
 	if q.Header.Version != 3 || q.Header.AttKeyType != 2 || q.Header.TEEType != 0 {
 		t.Errorf("header = %+v", q.Header)
 	}
-	if q.Header.QEVendorID != sgxquote.IntelQEVendorID {
+	if q.Header.QEVendorID != sgxquote.IntelQEVendorID() {
 		t.Errorf("QE vendor = %x", q.Header.QEVendorID)
 	}
 	if q.Header.QESVN != 10 || q.Header.PCESVN != 15 {
