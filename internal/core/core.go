@@ -22,8 +22,11 @@ import (
 	"github.com/quarry-cc/quarry/internal/attest"
 	"github.com/quarry-cc/quarry/internal/ca"
 	"github.com/quarry-cc/quarry/internal/recovery"
+	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/store"
+	"github.com/quarry-cc/quarry/internal/updatelog"
+	"github.com/quarry-cc/quarry/internal/user"
 	"github.com/quarry-cc/quarry/manifest"
 )
 
@@ -82,6 +85,7 @@ type snapshot struct {
 	quote       []byte // cached quote over the root; nil in simulation
 	persisted   *sealedState
 	manifest    *manifest.Manifest
+	users       *user.Users
 	fingerprint string
 }
 
@@ -97,6 +101,11 @@ type sealedState struct {
 	// Packages are the effective packages (the manifest's, changed by
 	// package updates).
 	Packages map[string]manifest.Package
+	// Secrets are the generated and uploaded secret values by name.
+	Secrets map[string]secrets.Secret
+	// UpdateLog is the append-only log of applied changes, one JSON entry
+	// per string.
+	UpdateLog []string
 }
 
 const stateFormat = 1
@@ -238,11 +247,16 @@ func restore(st *sealedState) (*snapshot, error) {
 	if st.State != StateAcceptingMarbles {
 		return nil, fmt.Errorf("stored state %d is not %d", st.State, StateAcceptingMarbles)
 	}
+	users, err := user.FromManifest(m)
+	if err != nil {
+		return nil, fmt.Errorf("stored manifest users: %w", err)
+	}
 	return &snapshot{
 		state:       st.State,
 		ca:          authority,
 		persisted:   st,
 		manifest:    m,
+		users:       users,
 		fingerprint: fingerprint(st.Manifest),
 	}, nil
 }
@@ -394,6 +408,18 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 		return nil, classify(ErrInvalidRequest, fmt.Errorf("generating recovery secrets: %w", err))
 	}
 	header := sealHeader{Format: stateFormat, Recovery: pub}
+	users, err := user.FromManifest(m)
+	if err != nil {
+		return nil, classify(ErrInvalidRequest, err)
+	}
+	now := c.opts.Now()
+	generated, err := secrets.Generate(c.opts.Rand, m.Secrets, secretIssuer(s.ca), now)
+	if err != nil {
+		if errors.Is(err, secrets.ErrInvalid) {
+			return nil, classify(ErrInvalidRequest, fmt.Errorf("generating secrets from manifest: %w", err))
+		}
+		return nil, fmt.Errorf("generating secrets from manifest: %w", err)
+	}
 	st := &sealedState{
 		Format:            stateFormat,
 		State:             to,
@@ -402,6 +428,8 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 		Manifest:          raw,
 		ManifestSignature: sig,
 		Packages:          m.Packages,
+		Secrets:           generated,
+		UpdateLog:         []string{updatelog.ManifestSet(now)},
 	}
 	if m.Config.SealMode == manifest.SealModeDisabled {
 		c.log.Warn("manifest sets SealMode Disabled: nothing is persisted; a restart starts over in state 2")
@@ -426,6 +454,7 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 		quote:       s.quote,
 		persisted:   st,
 		manifest:    m,
+		users:       users,
 		fingerprint: fingerprint(raw),
 	})
 	c.log.Info("manifest set", "manifestFingerprint", fingerprint(raw), "state", int(to), "recoveryMode", string(pub.Mode))

@@ -39,7 +39,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	coordinatorBin = filepath.Join(dir, "coordinator")
-	build := exec.Command("go", "build", "-o", coordinatorBin, "github.com/quarry-cc/quarry/cmd/coordinator")
+	args := []string{"build", "-o", coordinatorBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "github.com/quarry-cc/quarry/cmd/coordinator")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the coordinator:", err)

@@ -6,6 +6,7 @@ package rest
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	v2 "github.com/quarry-cc/quarry/api/v2"
 	"github.com/quarry-cc/quarry/internal/core"
+	"github.com/quarry-cc/quarry/internal/secrets"
 )
 
 // Coordinator is what the REST server needs from the core.
@@ -24,6 +26,9 @@ type Coordinator interface {
 	SetManifest(ctx context.Context, raw []byte) (map[string][]byte, error)
 	Recover(ctx context.Context, secret, signature []byte) (core.RecoverResult, error)
 	RecoveryPublicKey(ctx context.Context) ([]byte, error)
+	Secrets(ctx context.Context, peer []*x509.Certificate, names []string) (map[string]secrets.Secret, error)
+	SetSecrets(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error
+	UpdateLog(ctx context.Context) ([]string, error)
 }
 
 // Options configure the server.
@@ -64,6 +69,9 @@ func (s *server) routes() []route {
 		{method: http.MethodGet, path: v2.PathQuote, handle: s.getQuote},
 		{method: http.MethodPost, path: v2.PathRecover, handle: s.postRecover},
 		{method: http.MethodGet, path: v2.PathRecoverKey, handle: s.getRecoveryKey},
+		{method: http.MethodGet, path: v2.PathSecrets, handle: s.getSecrets},
+		{method: http.MethodPost, path: v2.PathSecrets, handle: s.postSecrets},
+		{method: http.MethodGet, path: v2.PathUpdate, handle: s.getUpdateLog},
 	}
 }
 

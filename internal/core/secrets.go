@@ -1,0 +1,172 @@
+package core
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/quarry-cc/quarry/internal/ca"
+	"github.com/quarry-cc/quarry/internal/secrets"
+	"github.com/quarry-cc/quarry/internal/updatelog"
+	"github.com/quarry-cc/quarry/internal/user"
+	"github.com/quarry-cc/quarry/manifest"
+)
+
+// secretIssuer is the CA that signs secret certificates: the Marble root
+// subject, signed with the intermediate key.
+func secretIssuer(a *ca.Authority) secrets.Issuer {
+	return secrets.Issuer{Cert: a.MarbleRoot, Key: a.IntermediateKey}
+}
+
+// identify returns the manifest user presenting peer, after checking that
+// op is possible now.
+func identify(s *snapshot, op operation, peer []*x509.Certificate) (*user.User, error) {
+	if err := require(s.state, op); err != nil {
+		return nil, err
+	}
+	u, err := s.users.Identify(peer)
+	if err != nil {
+		return nil, classify(ErrUnauthenticated, err)
+	}
+	return u, nil
+}
+
+// authorize is the one permission check of every use case.
+func authorize(u *user.User, action string, resources ...string) error {
+	if err := user.Authorize(u, action, resources...); err != nil {
+		return classify(ErrForbidden, err)
+	}
+	return nil
+}
+
+// Secrets returns the named secrets to a user holding ReadSecret on all of
+// them.
+func (c *Core) Secrets(_ context.Context, peer []*x509.Certificate, names []string) (map[string]secrets.Secret, error) {
+	s := c.snap.Load()
+	u, err := identify(s, opSecrets, peer)
+	if err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		return nil, classify(ErrInvalidRequest, errors.New("no secret names given"))
+	}
+	for _, n := range names {
+		if _, ok := s.persisted.Secrets[n]; !ok {
+			return nil, classify(ErrNotFound, fmt.Errorf("secret %q is not defined in the manifest", n))
+		}
+	}
+	if err := authorize(u, manifest.ActionReadSecret, names...); err != nil {
+		return nil, err
+	}
+	out := make(map[string]secrets.Secret, len(names))
+	for _, n := range names {
+		out[n] = s.persisted.Secrets[n]
+	}
+	return out, nil
+}
+
+// SetSecrets stores user-defined secrets uploaded by a user holding
+// WriteSecret on all of them. The request is all-or-nothing: every upload is
+// checked, the templates are dry-run with the new values, and the state is
+// sealed and stored with one update-log entry per secret before it returns.
+func (c *Core) SetSecrets(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.snap.Load()
+	u, err := identify(s, opSecrets, peer)
+	if err != nil {
+		return err
+	}
+	if len(uploads) == 0 {
+		return classify(ErrInvalidRequest, errors.New("no new secrets defined"))
+	}
+	names := slices.Sorted(maps.Keys(uploads))
+	for _, n := range names {
+		if _, ok := s.persisted.Secrets[n]; !ok {
+			return classify(ErrNotFound, fmt.Errorf("secret %q is not defined in the manifest", n))
+		}
+	}
+	if err := authorize(u, manifest.ActionWriteSecret, names...); err != nil {
+		return err
+	}
+	next := maps.Clone(s.persisted.Secrets)
+	for _, n := range names {
+		v, err := secrets.ApplyUpload(n, s.persisted.Secrets[n], uploads[n])
+		if err != nil {
+			return classify(ErrInvalidRequest, err)
+		}
+		next[n] = v
+	}
+	if err := dryRun(s.manifest, next); err != nil {
+		return classify(ErrInvalidRequest, fmt.Errorf("the new secrets make a template fail: %w", err))
+	}
+	st := *s.persisted
+	st.Secrets = next
+	now := c.opts.Now()
+	st.UpdateLog = slices.Clip(st.UpdateLog)
+	for _, n := range names {
+		st.UpdateLog = append(st.UpdateLog, updatelog.SecretSet(now, u.Name, n, next[n].Type))
+	}
+	if err := c.persist(ctx, s, &st); err != nil {
+		return err
+	}
+	c.log.Info("secrets set", "user", u.Name, "secrets", names)
+	return nil
+}
+
+// UpdateLog returns the update log, one JSON entry per string.
+func (c *Core) UpdateLog(context.Context) ([]string, error) {
+	s := c.snap.Load()
+	if err := require(s.state, opUpdate); err != nil {
+		return nil, err
+	}
+	return s.persisted.UpdateLog, nil
+}
+
+// persist seals and stores st (under the current data key) unless the seal
+// mode is Disabled, then publishes a snapshot with it. Callers hold mu.
+func (c *Core) persist(ctx context.Context, s *snapshot, st *sealedState) error {
+	if s.manifest.Config.SealMode != manifest.SealModeDisabled {
+		if err := c.commit(ctx, st, c.header, false); err != nil {
+			return err
+		}
+	}
+	next := *s
+	next.persisted = st
+	c.snap.Store(&next)
+	return nil
+}
+
+// dryRun renders every Marble's parameters with the given secret values;
+// secrets without a value (user-defined ones not uploaded yet, per-Marble
+// ones) get a one-byte dummy, as do the Marble certificates.
+func dryRun(m *manifest.Manifest, values map[string]secrets.Secret) error {
+	dummy := []byte{0x41}
+	data := &manifest.TemplateData{Secrets: map[string]manifest.TemplateSecret{}}
+	for name, v := range values {
+		ts := manifest.TemplateSecret{
+			Type: v.Type, Size: v.Size, Shared: v.Shared, UserDefined: v.UserDefined, ValidFor: v.ValidFor,
+			Cert: manifest.CertDER(v.Cert), Private: manifest.PrivateKey(v.Private), Public: manifest.PublicKey(v.Public),
+		}
+		if !v.IsSet() {
+			ts.Cert, ts.Private, ts.Public = dummy, dummy, dummy
+		}
+		data.Secrets[name] = ts
+	}
+	data.Previous.Secrets = data.Secrets
+	data.MarbleRun.RootCA.Cert = dummy
+	data.MarbleRun.CoordinatorRoot.Cert = dummy
+	data.MarbleRun.CoordinatorIntermediate.Cert = dummy
+	data.MarbleRun.MarbleCert.Cert = dummy
+	data.MarbleRun.MarbleCert.Public = dummy
+	data.MarbleRun.MarbleCert.Private = dummy
+	for _, name := range slices.Sorted(maps.Keys(m.Marbles)) {
+		if _, err := m.Marbles[name].Parameters.Render(data); err != nil {
+			return fmt.Errorf("in Marble %s: %w", name, err)
+		}
+	}
+	return nil
+}
