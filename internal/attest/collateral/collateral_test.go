@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/fstest"
@@ -385,6 +386,17 @@ func TestCache(t *testing.T) {
 	if _, err := cache.Get(ctx, fmspc, collateral.CAPlatform); err != nil || src.calls.Load() != before+1 {
 		t.Errorf("other CA: %v, %d fetches", err, src.calls.Load()-before)
 	}
+
+	// Concurrent readers share one entry.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if got, err := cache.Get(ctx, fmspc, collateral.CAProcessor); err != nil || got != col {
+				t.Errorf("concurrent Get = %v", err)
+			}
+		})
+	}
+	wg.Wait()
 
 	// Errors are returned, not cached.
 	failing := &countingProvider{err: errors.New("boom")}

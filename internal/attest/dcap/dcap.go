@@ -256,6 +256,11 @@ func (v *Verifier) Verify(ctx context.Context, quote []byte) (*Result, error) {
 	if err != nil {
 		return nil, fail(StepQEMatch, ErrCollateral, err)
 	}
+	switch qeStatus {
+	case tcbstatus.UpToDate, tcbstatus.OutOfDate, tcbstatus.Revoked:
+	default:
+		return nil, fail(StepQEMatch, ErrCollateral, fmt.Errorf("QE TCB status %s (QE levels are UpToDate, OutOfDate or Revoked)", qeStatus))
+	}
 
 	// Step 10: the platform TCB level.
 	level, ok := matchTCB(info.Levels, ext)

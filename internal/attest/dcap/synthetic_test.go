@@ -370,6 +370,8 @@ func TestSyntheticFailures(t *testing.T) {
 		{name: "QE ISVPRODID", quote: withQE(func(qe *dcaptest.QE) { qe.ISVProdID = 2 }), kind: dcap.ErrQEIdentity, step: dcap.StepQEMatch, text: "ISVPRODID"},
 		{name: "QE debug attribute", quote: withQE(func(qe *dcaptest.QE) { qe.Attributes[0] |= sgxquote.AttributeDebug }), kind: dcap.ErrQEIdentity, step: dcap.StepQEMatch, text: "attributes"},
 		{name: "QE MISCSELECT", quote: withQE(func(qe *dcaptest.QE) { qe.MiscSelect = 1 }), kind: dcap.ErrQEIdentity, step: dcap.StepQEMatch, text: "MISCSELECT"},
+		{name: "QE status not a QE status", col: pl.Collateral(t, dcaptest.CollateralOptions{QELevels: []dcaptest.QELevel{{ISVSVN: 8, Status: "ConfigurationNeeded"}}}), kind: dcap.ErrCollateral, step: dcap.StepQEMatch, text: "QE TCB status"},
+		{name: "QE status unknown", col: pl.Collateral(t, dcaptest.CollateralOptions{QELevels: []dcaptest.QELevel{{ISVSVN: 8, Status: "Fine"}}}), kind: dcap.ErrCollateral, step: dcap.StepQEMatch},
 		{name: "QE ISVSVN below every level", col: pl.Collateral(t, dcaptest.CollateralOptions{QELevels: []dcaptest.QELevel{{ISVSVN: 9, Status: "UpToDate"}}}), kind: dcap.ErrTCBNotSupported, step: dcap.StepQEMatch},
 		// Time.
 		{name: "collateral expired", col: pl.Collateral(t, dcaptest.CollateralOptions{IssueDate: now.AddDate(0, -2, 0), NextUpdate: now.AddDate(0, -1, 0)}), kind: dcap.ErrCollateralExpired, step: dcap.StepCollateralTime, text: "TCB info valid from"},
