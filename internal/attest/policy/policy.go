@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/quarry-cc/quarry/internal/attest"
 	"github.com/quarry-cc/quarry/internal/attest/dcap"
 	"github.com/quarry-cc/quarry/internal/attest/tcbstatus"
 	"github.com/quarry-cc/quarry/manifest"
@@ -87,11 +88,11 @@ func checkStatus(status tcbstatus.Status, accepted []string) error {
 }
 
 // CheckReportData reports whether the report data of res starts with want
-// (1 to 64 bytes), e.g. the 32-byte SHA-256 a Marble or the Coordinator
-// binds into its quote.
+// (1 to 64 bytes): a Marble binds the 32-byte SHA-256 of its certificate, the
+// Coordinator the whole value of attest.ReportData.
 func CheckReportData(res *dcap.Result, want []byte) error {
-	if len(want) == 0 || len(want) > 64 {
-		return fmt.Errorf("%w: expected value has %d bytes, want 1 to 64", ErrReportData, len(want))
+	if len(want) == 0 || len(want) > attest.ReportDataSize {
+		return fmt.Errorf("%w: expected value has %d bytes, want 1 to %d", ErrReportData, len(want), attest.ReportDataSize)
 	}
 	rd := res.Report.ReportData()
 	if !bytes.Equal(rd[:len(want)], want) {
