@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/quarry-cc/quarry/internal/attest"
 	"github.com/quarry-cc/quarry/internal/attest/dcap"
 	"github.com/quarry-cc/quarry/internal/attest/tcbstatus"
 	"github.com/quarry-cc/quarry/manifest"
@@ -89,12 +88,12 @@ func checkStatus(status tcbstatus.Status, accepted []string) error {
 
 // CheckReportData reports whether the report data of res starts with want
 // (1 to 64 bytes): a Marble binds the 32-byte SHA-256 of its certificate, the
-// Coordinator the whole value of attest.ReportData.
+// Coordinator the whole 64-byte value.
 func CheckReportData(res *dcap.Result, want []byte) error {
-	if len(want) == 0 || len(want) > attest.ReportDataSize {
-		return fmt.Errorf("%w: expected value has %d bytes, want 1 to %d", ErrReportData, len(want), attest.ReportDataSize)
-	}
 	rd := res.Report.ReportData()
+	if len(want) == 0 || len(want) > len(rd) {
+		return fmt.Errorf("%w: expected value has %d bytes, want 1 to %d", ErrReportData, len(want), len(rd))
+	}
 	if !bytes.Equal(rd[:len(want)], want) {
 		return fmt.Errorf("%w: quote has %x, want %x", ErrReportData, rd[:len(want)], want)
 	}
