@@ -1,0 +1,399 @@
+// Package client is the Go SDK of the Quarry Coordinator's Client API
+// (/api/v2). It is wire-compatible with MarbleRun's Coordinator.
+//
+// A Client talks to one Coordinator over HTTPS. Trust is explicit: either a
+// root certificate the caller already trusts (usually the one returned by
+// VerifyCoordinator, which checks the Coordinator's quote), or, for a
+// Coordinator in simulation mode, WithInsecureSkipVerify. There is no silent
+// trust on first use.
+//
+//	att, err := client.VerifyCoordinator(ctx, "coordinator:4433", client.VerifyOptions{Verifier: v})
+//	...
+//	c, err := client.New("coordinator:4433", client.WithRootCertificate(att.Root))
+//	st, err := c.Status(ctx)
+//
+// The Coordinator's TLS server certificate is its root certificate itself, so
+// a pinned Client accepts exactly that certificate, byte for byte; a
+// certificate issued under the Coordinator's CAs (a Marble's, for example)
+// cannot stand in for the Coordinator.
+//
+// Every method takes a context first and returns the response data, or an
+// error: a *Error for answers of the Coordinator other than success, a
+// transport error otherwise. Errors of the Coordinator match the sentinels
+// (ErrNotFound, ErrConflict, ...) with errors.Is.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/quarry-cc/quarry/api/jsend"
+)
+
+// DefaultPort is the Client API port used when an endpoint names none.
+const DefaultPort = "4433"
+
+// maxResponseBytes bounds a response body (manifests may be several MiB and
+// travel as base64).
+const maxResponseBytes = 64 << 20
+
+// Client is a Client API client for one Coordinator. It is safe for
+// concurrent use.
+type Client struct {
+	base *url.URL
+	hc   *http.Client
+	root *x509.Certificate // pinned root; nil in insecure mode or with a caller-owned transport
+}
+
+// Option configures New.
+type Option func(*options) error
+
+type options struct {
+	root       *x509.Certificate
+	insecure   bool
+	clientCert *tls.Certificate
+	hc         *http.Client
+}
+
+// WithRootCertificate trusts exactly this Coordinator root certificate: the
+// Coordinator must present it as its TLS certificate.
+func WithRootCertificate(root *x509.Certificate) Option {
+	return func(o *options) error {
+		if root == nil {
+			return errors.New("client: WithRootCertificate: nil certificate")
+		}
+		o.root = root
+		return nil
+	}
+}
+
+// WithRootPEM is WithRootCertificate for PEM text. If the text holds a whole
+// chain (as GET /api/v2/quote returns it), the self-signed CA certificate in
+// it is taken as the root.
+func WithRootPEM(pemText []byte) Option {
+	return func(o *options) error {
+		root, err := ParseRootPEM(pemText)
+		if err != nil {
+			return fmt.Errorf("client: WithRootPEM: %w", err)
+		}
+		o.root = root
+		return nil
+	}
+}
+
+// WithInsecureSkipVerify accepts any TLS certificate from the Coordinator.
+// Use it only for a Coordinator in simulation mode, which cannot be attested,
+// or to bootstrap with VerifyCoordinator. It is never implied.
+func WithInsecureSkipVerify() Option {
+	return func(o *options) error {
+		o.insecure = true
+		return nil
+	}
+}
+
+// WithClientCertificate presents cert in the TLS handshake: a manifest user's
+// certificate for the secrets and update endpoints.
+func WithClientCertificate(cert tls.Certificate) Option {
+	return func(o *options) error {
+		if len(cert.Certificate) == 0 {
+			return errors.New("client: WithClientCertificate: empty certificate")
+		}
+		o.clientCert = &cert
+		return nil
+	}
+}
+
+// WithHTTPClient uses hc for the requests (timeouts, proxies, ...). If hc's
+// Transport is nil or an *http.Transport, a clone of it gets the TLS settings
+// of the other options; a caller-supplied other RoundTripper is used as it is
+// and must not be combined with the TLS options.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(o *options) error {
+		if hc == nil {
+			return errors.New("client: WithHTTPClient: nil client")
+		}
+		o.hc = hc
+		return nil
+	}
+}
+
+// ErrNoTrust is returned by New when no way to trust the Coordinator was
+// chosen.
+var ErrNoTrust = errors.New("client: no trusted root certificate: use WithRootCertificate (for example the root returned by VerifyCoordinator), or WithInsecureSkipVerify for a Coordinator in simulation mode")
+
+// New returns a Client for the Coordinator at endpoint: "host", "host:port"
+// or "https://host:port" (the port defaults to 4433). Exactly one of
+// WithRootCertificate/WithRootPEM and WithInsecureSkipVerify must be given,
+// unless WithHTTPClient supplies a transport that does its own verification.
+func New(endpoint string, opts ...Option) (*Client, error) {
+	base, err := parseEndpoint(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.root != nil && o.insecure {
+		return nil, errors.New("client: WithRootCertificate and WithInsecureSkipVerify exclude each other")
+	}
+	hc, err := o.httpClient()
+	if err != nil {
+		return nil, err
+	}
+	return &Client{base: base, hc: hc, root: o.root}, nil
+}
+
+// httpClient builds the HTTP client for the options.
+func (o *options) httpClient() (*http.Client, error) {
+	tlsOpts := o.root != nil || o.insecure || o.clientCert != nil
+	if o.hc != nil && !tlsOpts {
+		return o.hc, nil // the caller's transport does its own verification
+	}
+	if o.root == nil && !o.insecure {
+		return nil, ErrNoTrust
+	}
+	hc := &http.Client{}
+	tr := defaultTransport()
+	if o.hc != nil {
+		*hc = *o.hc
+		switch t := o.hc.Transport.(type) {
+		case nil:
+		case *http.Transport:
+			tr = t.Clone()
+		default:
+			return nil, fmt.Errorf("client: WithHTTPClient: transport %T cannot take the TLS options; configure its TLS yourself and leave out the root, insecure and client-certificate options", t)
+		}
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if tr.TLSClientConfig != nil {
+		cfg = tr.TLSClientConfig.Clone()
+	}
+	// Verification is done by VerifyConnection (pinning) or skipped
+	// (insecure); the default host-name based verification is not used.
+	cfg.InsecureSkipVerify = true
+	if o.root != nil {
+		cfg.VerifyConnection = pinRoot(o.root)
+	}
+	if o.clientCert != nil {
+		cfg.Certificates = []tls.Certificate{*o.clientCert}
+	}
+	tr.TLSClientConfig = cfg
+	tr.ForceAttemptHTTP2 = true
+	hc.Transport = tr
+	return hc, nil
+}
+
+func defaultTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   15 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Minute,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConns:          10,
+	}
+}
+
+// pinRoot accepts a TLS connection only if the peer's certificate is root.
+func pinRoot(root *x509.Certificate) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return fmt.Errorf("%w: the Coordinator presented no certificate", ErrVerification)
+		}
+		if !cs.PeerCertificates[0].Equal(root) {
+			return fmt.Errorf("%w: %w", ErrVerification, ErrRootMismatch)
+		}
+		return nil
+	}
+}
+
+// ErrRootMismatch means the Coordinator's TLS certificate is not the pinned
+// root certificate. A Coordinator in recovery mode serves a temporary root
+// until it is recovered.
+var ErrRootMismatch = errors.New("the Coordinator's TLS certificate is not the trusted root certificate (a Coordinator in recovery mode serves a temporary root until it is recovered)")
+
+// parseEndpoint turns an endpoint into the base URL.
+func parseEndpoint(endpoint string) (*url.URL, error) {
+	e := strings.TrimSpace(endpoint)
+	if e == "" {
+		return nil, errors.New("client: empty Coordinator endpoint")
+	}
+	if !strings.Contains(e, "://") {
+		e = "https://" + e
+	}
+	u, err := url.Parse(e)
+	if err != nil {
+		return nil, fmt.Errorf("client: invalid Coordinator endpoint %q: %w", endpoint, err)
+	}
+	if u.Scheme != "https" {
+		return nil, fmt.Errorf("client: invalid Coordinator endpoint %q: the Client API is served over https only", endpoint)
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("client: invalid Coordinator endpoint %q: no host", endpoint)
+	}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("client: invalid Coordinator endpoint %q: give only the host and port", endpoint)
+	}
+	if u.Port() == "" {
+		u.Host = net.JoinHostPort(u.Hostname(), DefaultPort)
+	}
+	u.Path = ""
+	return u, nil
+}
+
+// Endpoint returns the Coordinator's base URL.
+func (c *Client) Endpoint() string { return c.base.String() }
+
+// Root returns the pinned root certificate, or nil if the Client does not pin
+// one.
+func (c *Client) Root() *x509.Certificate { return c.root }
+
+// response is what do returns besides the decoded data.
+type response struct {
+	tls *tls.ConnectionState
+}
+
+// do sends one request and decodes the JSend envelope: the data of a success
+// into out (if not nil), anything else into a *Error.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, in, out any) (response, error) {
+	u := *c.base
+	u.Path = path
+	u.RawQuery = query.Encode()
+	var body io.Reader
+	if in != nil {
+		buf, err := json.Marshal(in)
+		if err != nil {
+			return response{}, fmt.Errorf("client: encoding the %s %s request: %w", method, path, err)
+		}
+		body = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return response{}, fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return response{}, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		return response{}, fmt.Errorf("%s %s: reading the response: %w", method, path, err)
+	}
+	r := response{tls: resp.TLS}
+	if len(raw) > maxResponseBytes {
+		return r, fmt.Errorf("%s %s: response larger than %d bytes", method, path, maxResponseBytes)
+	}
+	var env jsend.Response[json.RawMessage]
+	if jErr := json.Unmarshal(raw, &env); jErr != nil || env.Status == "" {
+		// Not a JSend answer (a proxy, another server, a v1-only peer).
+		return r, &Error{
+			Method: method, Path: path, HTTPStatus: resp.StatusCode,
+			Message: notJSend(resp, raw),
+		}
+	}
+	if resp.StatusCode != http.StatusOK || env.Status != jsend.StatusSuccess {
+		msg := env.Message
+		if msg == "" {
+			msg = http.StatusText(resp.StatusCode)
+		}
+		return r, &Error{
+			Method: method, Path: path, HTTPStatus: resp.StatusCode,
+			Status: env.Status, Message: msg, Data: nullToNil(env.Data),
+		}
+	}
+	if out != nil {
+		if len(env.Data) == 0 || string(env.Data) == "null" {
+			return r, fmt.Errorf("%s %s: the success response carries no data", method, path)
+		}
+		if err := json.Unmarshal(env.Data, out); err != nil {
+			return r, fmt.Errorf("%s %s: decoding the response data: %w", method, path, err)
+		}
+	}
+	return r, nil
+}
+
+// notJSend describes a response that is not a JSend envelope.
+func notJSend(resp *http.Response, raw []byte) string {
+	text := strings.TrimSpace(string(raw))
+	if len(text) > 200 {
+		text = text[:200] + "..."
+	}
+	msg := "unexpected response (not a Client API answer)"
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		msg += ", Content-Type " + ct
+	}
+	if text != "" {
+		msg += ": " + text
+	}
+	return msg
+}
+
+func nullToNil(m json.RawMessage) json.RawMessage {
+	if len(m) == 0 || string(m) == "null" {
+		return nil
+	}
+	return m
+}
+
+// ParseRootPEM returns the root certificate in pemText: its only certificate,
+// or the self-signed CA certificate of a chain.
+func ParseRootPEM(pemText []byte) (*x509.Certificate, error) {
+	certs, err := parseCertificates(pemText)
+	if err != nil {
+		return nil, err
+	}
+	if len(certs) == 1 {
+		return certs[0], nil
+	}
+	for _, c := range certs {
+		if c.IsCA && c.CheckSignatureFrom(c) == nil {
+			return c, nil
+		}
+	}
+	return nil, errors.New("no self-signed root certificate among the PEM certificates")
+}
+
+// parseCertificates decodes all CERTIFICATE blocks of pemText.
+func parseCertificates(pemText []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	rest := pemText
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("parsing a PEM certificate: %w", err)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no PEM CERTIFICATE block found")
+	}
+	return out, nil
+}

@@ -1,0 +1,189 @@
+package client_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quarry-cc/quarry/api/jsend"
+)
+
+// pki is a Coordinator-like root and intermediate CA.
+type pki struct {
+	rootKey, interKey *ecdsa.PrivateKey
+	root, inter       *x509.Certificate
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	p := &pki{}
+	var err error
+	if p.rootKey, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader); err != nil {
+		t.Fatal(err)
+	}
+	if p.interKey, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader); err != nil {
+		t.Fatal(err)
+	}
+	p.root = createCert(t, "Test Coordinator", nil, nil, &p.rootKey.PublicKey, p.rootKey)
+	p.inter = createCert(t, "Test Coordinator - Intermediate CA", p.root, p.rootKey, &p.interKey.PublicKey, p.interKey)
+	return p
+}
+
+// createCert creates a CA certificate valid for loopback; self-signed if
+// parent is nil.
+func createCert(t *testing.T, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, pub *ecdsa.PublicKey, self *ecdsa.PrivateKey) *x509.Certificate {
+	t.Helper()
+	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:              []string{"localhost"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	signer := self
+	if parent == nil {
+		parent = tmpl
+	} else {
+		signer = parentKey
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func certPEM(certs ...*x509.Certificate) string {
+	var b strings.Builder
+	for _, c := range certs {
+		b.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}))
+	}
+	return b.String()
+}
+
+// fake is a Coordinator speaking the v2 wire contract on loopback, serving
+// its root certificate as the TLS certificate (as the real one does).
+type fake struct {
+	*pki
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	handlers map[string]http.HandlerFunc // "GET /api/v2/status"
+	requests []recorded
+}
+
+// recorded is one request the fake received.
+type recorded struct {
+	Method, Path string
+	Query        map[string][]string
+	Body         []byte
+	PeerCerts    []*x509.Certificate
+}
+
+func newFake(t *testing.T) *fake {
+	return newFakeWithTLSCert(t, newPKI(t), nil)
+}
+
+// newFakeWithTLSCert starts a fake for p; tlsCert overrides the served
+// certificate (default: p's root).
+func newFakeWithTLSCert(t *testing.T, p *pki, tlsCert *tls.Certificate) *fake {
+	t.Helper()
+	f := &fake{pki: p, handlers: map[string]http.HandlerFunc{}}
+	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+	if tlsCert == nil {
+		tlsCert = &tls.Certificate{Certificate: [][]byte{p.root.Raw}, PrivateKey: p.rootKey}
+	}
+	f.srv.TLS = &tls.Config{
+		Certificates: []tls.Certificate{*tlsCert},
+		ClientAuth:   tls.RequestClientCert,
+	}
+	f.srv.EnableHTTP2 = true
+	f.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are expected
+	f.srv.StartTLS()
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// endpoint returns the fake's host:port.
+func (f *fake) endpoint() string { return strings.TrimPrefix(f.srv.URL, "https://") }
+
+// handle sets the handler of "METHOD /path".
+func (f *fake) handle(route string, h http.HandlerFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.handlers[route] = h
+}
+
+func (f *fake) last() recorded {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.requests) == 0 {
+		return recorded{}
+	}
+	return f.requests[len(f.requests)-1]
+}
+
+func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	rec := recorded{Method: r.Method, Path: r.URL.Path, Query: r.URL.Query(), Body: body}
+	if r.TLS != nil {
+		rec.PeerCerts = r.TLS.PeerCertificates
+	}
+	f.mu.Lock()
+	f.requests = append(f.requests, rec)
+	h := f.handlers[r.Method+" "+r.URL.Path]
+	f.mu.Unlock()
+	if h == nil {
+		reply(w, http.StatusNotFound, jsend.StatusFail, nil, "unknown path: "+r.URL.Path)
+		return
+	}
+	h(w, r)
+}
+
+// reply writes a JSend response.
+func reply(w http.ResponseWriter, status int, jsendStatus string, data any, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(jsend.Response[any]{Status: jsendStatus, Data: data, Message: msg})
+}
+
+// success returns a handler answering data.
+func success(data any) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { reply(w, http.StatusOK, jsend.StatusSuccess, data, "") }
+}
+
+// failure returns a handler answering fail (4xx) or error (5xx).
+func failure(status int, msg string, data any) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s := jsend.StatusFail
+		if status >= 500 {
+			s = jsend.StatusError
+		}
+		reply(w, status, s, data, msg)
+	}
+}
