@@ -292,7 +292,12 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return response{}, fmt.Errorf("%s %s: %w", method, path, err)
+		// The *url.Error repeats method and URL; keep its cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return response{}, fmt.Errorf("%s %s: %w", method, u.String(), err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))

@@ -1,0 +1,301 @@
+// Package cli implements the quarry command-line tool: one cobra command per
+// Client API operation, built only on the public SDK (client), the manifest
+// model and the wire types. cmd/quarry calls Main.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quarry-cc/quarry/client"
+)
+
+// Exit codes. Scripts may rely on them.
+const (
+	ExitOK           = 0 // success
+	ExitFailure      = 1 // network or local I/O error, Coordinator failure (HTTP 5xx), unexpected answer
+	ExitUsage        = 2 // invalid command, flags or arguments; unreadable or invalid input file
+	ExitVerification = 3 // the Coordinator or its data could not be verified (attestation, pinned root, manifest fingerprint or signature)
+	ExitNotFound     = 4 // HTTP 404: nothing pending, unknown resource, or endpoint not supported
+	ExitRejected     = 5 // HTTP 400, 401, 403, 405, 413: the Coordinator rejected the request
+	ExitConflict     = 6 // HTTP 409: wrong Coordinator state, or an update is pending
+)
+
+// defaultTimeout bounds a whole command unless --timeout says otherwise.
+const defaultTimeout = 2 * time.Minute
+
+// EnvCoordinator is the environment variable that sets --coordinator.
+const EnvCoordinator = "QUARRY_COORDINATOR"
+
+const exitCodeHelp = `Exit codes:
+  0  success
+  1  network or local I/O error, Coordinator failure (HTTP 5xx)
+  2  usage error: invalid command, flags or arguments, unreadable or invalid input file
+  3  verification failed: attestation, pinned root certificate, manifest fingerprint or signature
+  4  not found (HTTP 404): nothing pending, unknown resource, endpoint not supported
+  5  rejected by the Coordinator (HTTP 400, 401, 403, 405, 413)
+  6  conflict (HTTP 409): wrong Coordinator state, or an update is pending`
+
+// Params are the process's inputs for Run.
+type Params struct {
+	Args           []string // without the program name
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+}
+
+// Main runs quarry with the process environment and returns the exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return Run(ctx, Params{Args: args, Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv})
+}
+
+// Run runs quarry and returns the exit code.
+func Run(ctx context.Context, p Params) int {
+	if p.Getenv == nil {
+		p.Getenv = func(string) string { return "" }
+	}
+	if p.Stdin == nil {
+		p.Stdin = strings.NewReader("")
+	}
+	app := &app{in: p.Stdin, out: p.Stdout, errw: p.Stderr, getenv: p.Getenv}
+	root := app.rootCommand()
+	root.SetArgs(p.Args)
+	root.SetIn(p.Stdin)
+	root.SetOut(p.Stdout)
+	root.SetErr(p.Stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	code := exitCode(err)
+	app.printError(cmd, err, code)
+	return code
+}
+
+// app holds the global flags and the process's streams.
+type app struct {
+	in     io.Reader
+	out    io.Writer
+	errw   io.Writer
+	getenv func(string) string
+
+	coordinator string
+	rootFile    string
+	insecure    bool
+	certFile    string
+	keyFile     string
+	output      string
+	timeout     time.Duration
+}
+
+// jsonOutput reports whether --output json was given.
+func (a *app) jsonOutput() bool { return a.output == "json" }
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "quarry",
+		Short: "Command-line client of the Quarry Coordinator",
+		Long: `quarry talks to a Quarry (or MarbleRun-compatible) Coordinator over its Client API:
+set and verify the manifest, fetch the Coordinator's certificates, read and
+upload secrets, update the manifest with several users, and recover a
+Coordinator whose sealed state cannot be unsealed.
+
+Trust: every command that talks to the Coordinator needs one of
+  --root FILE   a root certificate you trust (e.g. saved with 'quarry certificate root'
+                after verifying the Coordinator); the Coordinator must present exactly it;
+  --insecure    trust a Coordinator in simulation mode, which has no quote.
+Without either, quarry verifies the Coordinator's quote; this build has no SGX quote
+verifier yet, so use --root or --insecure.
+
+Manifests may be JSON or YAML. YAML is converted once to compact JSON (duplicate
+keys are an error); those JSON bytes are what is uploaded and fingerprinted.
+
+` + exitCodeHelp,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVarP(&a.coordinator, "coordinator", "c", a.getenv(EnvCoordinator), "Coordinator Client API address, host:port (env "+EnvCoordinator+")")
+	pf.StringVar(&a.rootFile, "root", "", "PEM file with the trusted Coordinator root certificate")
+	pf.BoolVar(&a.insecure, "insecure", false, "trust the Coordinator without attestation (simulation mode only)")
+	pf.StringVar(&a.certFile, "cert", "", "PEM file with a manifest user's client certificate")
+	pf.StringVar(&a.keyFile, "key", "", "PEM file with the private key of --cert")
+	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	pf.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit for the whole command (0: none)")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError{err}
+	})
+
+	root.AddCommand(
+		a.statusCommand(),
+		a.manifestCommand(),
+		a.certificateCommand(),
+		a.secretCommand(),
+		a.recoverCommand(),
+		a.versionCommand(),
+	)
+	a.markRunErrors(root)
+	return root
+}
+
+// groupCommand returns a command that only holds subcommands.
+func groupCommand(use, short string, subs ...*cobra.Command) *cobra.Command {
+	g := &cobra.Command{
+		Use:   use,
+		Short: short,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())}
+			}
+			return cmd.Help()
+		},
+	}
+	g.AddCommand(subs...)
+	return g
+}
+
+// markRunErrors wraps every command's RunE so that errors of the command
+// itself can be told from cobra's usage errors, and checks --output and the
+// timeout first.
+func (a *app) markRunErrors(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		a.markRunErrors(sub)
+	}
+	if c.RunE == nil {
+		return
+	}
+	run := c.RunE
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if a.output != "text" && a.output != "json" {
+			return usageError{fmt.Errorf("invalid --output %q: use text or json", a.output)}
+		}
+		ctx := cmd.Context()
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		if a.timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, a.timeout)
+			defer cancel()
+			cmd.SetContext(ctx)
+		}
+		if err := run(cmd, args); err != nil {
+			var ue usageError
+			if errors.As(err, &ue) {
+				return err
+			}
+			return runError{err}
+		}
+		return nil
+	}
+}
+
+// usageError is a mistake in the command line or the input files (exit 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef returns a usageError.
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// runError is an error returned by a command's own code.
+type runError struct{ err error }
+
+func (e runError) Error() string { return e.err.Error() }
+func (e runError) Unwrap() error { return e.err }
+
+// exitCode maps an error to the documented exit code.
+func exitCode(err error) int {
+	var ue usageError
+	var re runError
+	switch {
+	case errors.As(err, &ue):
+		return ExitUsage
+	case !errors.As(err, &re):
+		return ExitUsage // cobra's own: unknown command, bad flag, wrong number of arguments
+	case errors.Is(err, client.ErrVerification):
+		return ExitVerification
+	}
+	if e, ok := client.AsError(err); ok {
+		switch {
+		case e.HTTPStatus == http.StatusNotFound:
+			return ExitNotFound
+		case e.HTTPStatus == http.StatusConflict:
+			return ExitConflict
+		case e.HTTPStatus >= 400 && e.HTTPStatus < 500:
+			return ExitRejected
+		}
+	}
+	return ExitFailure
+}
+
+// errorJSON is the --output json form of an error, on stderr.
+type errorJSON struct {
+	Error      string          `json:"error"`
+	ExitCode   int             `json:"exitCode"`
+	HTTPStatus int             `json:"httpStatus,omitempty"`
+	Status     string          `json:"status,omitempty"`
+	Message    string          `json:"message,omitempty"`
+	Data       json.RawMessage `json:"data,omitempty"`
+	Hint       string          `json:"hint,omitempty"`
+}
+
+func (a *app) printError(cmd *cobra.Command, err error, code int) {
+	hint := hintFor(err)
+	if a.jsonOutput() {
+		ej := errorJSON{Error: describe(err), ExitCode: code, Hint: hint}
+		if e, ok := client.AsError(err); ok {
+			ej.HTTPStatus, ej.Status, ej.Message, ej.Data = e.HTTPStatus, e.Status, e.Message, e.Data
+		}
+		enc := json.NewEncoder(a.errw)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(ej)
+		return
+	}
+	fmt.Fprintf(a.errw, "quarry: %s\n", describe(err))
+	if hint != "" {
+		fmt.Fprintf(a.errw, "hint: %s\n", hint)
+	}
+	if code == ExitUsage && cmd != nil {
+		fmt.Fprintf(a.errw, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+}
+
+// describe renders err; a Coordinator answer is shown with its message and
+// HTTP status.
+func describe(err error) string {
+	e, ok := client.AsError(err)
+	if !ok {
+		return err.Error()
+	}
+	text := err.Error()
+	// Replace the SDK's rendering of the answer with a friendlier one.
+	prefix, _, _ := strings.Cut(text, e.Error())
+	status := fmt.Sprintf("HTTP %d %s", e.HTTPStatus, http.StatusText(e.HTTPStatus))
+	return fmt.Sprintf("%s%s (%s; %s %s)", prefix, e.Message, status, e.Method, e.Path)
+}
+
+// hintFor returns advice for well-known failures.
+func hintFor(err error) string {
+	switch {
+	case errors.Is(err, client.ErrNoQuote):
+		return "the Coordinator runs in simulation mode; pass --insecure to trust it without attestation, or --root with a root certificate you trust"
+	case errors.Is(err, client.ErrNoQuoteVerifier):
+		return "this build of quarry cannot verify SGX quotes yet; pass --root with a root certificate you have verified another way"
+	case errors.Is(err, client.ErrRootMismatch):
+		return "if the Coordinator is in recovery mode, it serves a temporary root until it is recovered: run the recovery without --root"
+	case client.IsUnauthorized(err):
+		return "pass --cert and --key with the certificate of a user of the manifest"
+	}
+	return ""
+}

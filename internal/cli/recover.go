@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"bytes"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quarry-cc/quarry/client"
+)
+
+func (a *app) recoverCommand() *cobra.Command {
+	var keyFile, name string
+	var ephemeral bool
+	c := &cobra.Command{
+		Use:   "recover SECRETS_FILE --recovery-key KEY",
+		Short: "Recover a Coordinator in recovery mode with a recovery secret",
+		Long: `Upload one recovery secret to a Coordinator in recovery mode (state 1).
+
+SECRETS_FILE is the JSON file written by 'manifest set --recovery-secrets-file'
+(the secret that KEY decrypts is used, or the one named by --name), or one
+encrypted secret, raw or base64. quarry decrypts it with the recovery private
+key (RSA-OAEP, SHA-256; PEM, PKCS #8 or PKCS #1), signs the plain secret with
+the same key (PKCS #1 v1.5, SHA-256) and uploads both. With --ephemeral the
+secret is encrypted to the Coordinator's ephemeral public key for the upload.
+With several recovery keys, every key owner runs this; the output says how
+many secrets are still missing.
+
+In recovery mode the Coordinator serves a temporary root certificate, so run
+this without --root (with --insecure in simulation mode). After the recovery
+the original root is back.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if keyFile == "" {
+				return usagef("--recovery-key is required")
+			}
+			keyPEM, err := readFile(keyFile)
+			if err != nil {
+				return err
+			}
+			key, err := client.ParseRSAPrivateKeyPEM(keyPEM)
+			if err != nil {
+				return usagef("--recovery-key %s: %w", keyFile, err)
+			}
+			raw, err := a.readInput(args[0])
+			if err != nil {
+				return err
+			}
+			secret, err := recoverySecret(raw, name, key)
+			if err != nil {
+				return usagef("%s: %w", args[0], err)
+			}
+			sig, err := client.SignRecoverySecret(key, secret)
+			if err != nil {
+				return err
+			}
+			s, err := a.connect(cmd.Context(), needNothing)
+			if err != nil {
+				return err
+			}
+			upload := secret
+			if ephemeral {
+				pub, err := s.c.RecoveryPublicKey(cmd.Context())
+				if err != nil {
+					return fmt.Errorf("getting the ephemeral key: %w", err)
+				}
+				if upload, err = client.EncryptRecoverySecret(pub, secret); err != nil {
+					return err
+				}
+			}
+			res, err := s.c.Recover(cmd.Context(), upload, sig)
+			if err != nil {
+				return fmt.Errorf("recovering: %w", err)
+			}
+			if a.jsonOutput() {
+				return a.printJSON(res)
+			}
+			a.printf("%s\n", res.Message)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&keyFile, "recovery-key", "", "PEM file with the recovery private key (RSA)")
+	c.Flags().StringVar(&name, "name", "", "the RecoveryKeys name of the secret in SECRETS_FILE")
+	c.Flags().BoolVar(&ephemeral, "ephemeral", false, "encrypt the secret to the Coordinator's ephemeral key for the upload")
+	c.AddCommand(a.recoverPublicKeyCommand())
+	return c
+}
+
+// recoverySecret returns the plain recovery secret from the content of a
+// secrets file: a recovery-secrets JSON file, or one secret (raw or base64),
+// encrypted or already plain.
+func recoverySecret(raw []byte, name string, key *rsa.PrivateKey) ([]byte, error) {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed) {
+		return secretFromJSON(trimmed, name, key)
+	}
+	if name != "" {
+		return nil, errors.New("--name applies only to a JSON recovery-secrets file")
+	}
+	data := raw
+	if dec, err := base64.StdEncoding.DecodeString(string(trimmed)); err == nil && len(dec) > 0 {
+		data = dec
+	}
+	if len(data) == 0 {
+		return nil, errors.New("the file is empty")
+	}
+	if client.IsPlainRecoverySecret(data) {
+		return data, nil // already decrypted
+	}
+	return client.DecryptRecoverySecret(key, data)
+}
+
+// secretFromJSON picks the secret for key from {"RecoverySecrets":{...}},
+// {"recoverySecrets":{...}} or a bare name → base64 object.
+func secretFromJSON(raw []byte, name string, key *rsa.PrivateKey) ([]byte, error) {
+	var wrapped struct {
+		RecoverySecrets map[string][]byte `json:"RecoverySecrets"` // matches recoverySecrets too
+	}
+	secrets := map[string][]byte{}
+	if err := json.Unmarshal(raw, &wrapped); err == nil && len(wrapped.RecoverySecrets) > 0 {
+		secrets = wrapped.RecoverySecrets
+	} else if err := json.Unmarshal(raw, &secrets); err != nil {
+		return nil, fmt.Errorf("not a recovery-secrets file: %w", err)
+	}
+	if len(secrets) == 0 {
+		return nil, errors.New("no recovery secrets in the file")
+	}
+	if name != "" {
+		ct, ok := secrets[name]
+		if !ok {
+			return nil, fmt.Errorf("no recovery secret named %q (the file has %s)", name, strings.Join(sortedKeys(secrets), ", "))
+		}
+		return client.DecryptRecoverySecret(key, ct)
+	}
+	names := sortedKeys(secrets)
+	sort.Strings(names)
+	for _, n := range names {
+		if plain, err := client.DecryptRecoverySecret(key, secrets[n]); err == nil {
+			return plain, nil
+		}
+	}
+	return nil, fmt.Errorf("the recovery key decrypts none of the secrets (%s)", strings.Join(names, ", "))
+}
+
+func (a *app) recoverPublicKeyCommand() *cobra.Command {
+	var file string
+	c := &cobra.Command{
+		Use:   "public-key",
+		Short: "Print the Coordinator's ephemeral public key for encrypting recovery secrets (PEM)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.connect(cmd.Context(), needNothing)
+			if err != nil {
+				return err
+			}
+			pub, err := s.c.RecoveryPublicKey(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("getting the ephemeral key: %w", err)
+			}
+			der, err := x509.MarshalPKIXPublicKey(pub)
+			if err != nil {
+				return err
+			}
+			if a.jsonOutput() && file == "" {
+				return a.printJSON(map[string]any{"algorithm": "RSA", "ephemeralPublicKey": der})
+			}
+			return a.writeOutput(file, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
+		},
+	}
+	c.Flags().StringVarP(&file, "file", "f", "", "write the PEM to this file instead of standard output")
+	return c
+}
