@@ -531,5 +531,3 @@ func testRSAKey(t *testing.T) *rsa.PrivateKey {
 	}
 	return testRSA
 }
-
-
