@@ -341,20 +341,40 @@ func TestUpdateCommandsAgainstFake(t *testing.T) {
 	user := []string{"--insecure", "--cert", "alice.crt", "--key", "alice.key"}
 
 	var got v2.UpdateRequest
+	var mu sync.Mutex
+	updateResp := v2.UpdateResponse{MissingAcknowledgments: 2, MissingUsers: []string{"bob", "carol"}}
 	f.mux.HandleFunc("POST /api/v2/update", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
 		json.NewDecoder(r.Body).Decode(&got)
 		if len(r.TLS.PeerCertificates) != 1 {
 			reply(w, 401, "fail", nil, "unauthorized user")
 			return
 		}
-		reply(w, 200, "success", v2.UpdateResponse{MissingAcknowledgments: 2, MissingUsers: []string{"bob", "carol"}}, "")
+		reply(w, 200, "success", updateResp, "")
 	})
 	code, out, errOut := run(t, env, append([]string{"manifest", "update", "apply", "m.yaml"}, user...)...)
 	if code != 0 || out != "Update pending: 2 acknowledgements missing (users who may acknowledge: bob, carol).\n" {
 		t.Fatalf("apply: %d %q %q", code, out, errOut)
 	}
+	mu.Lock()
 	if string(got.Manifest) != `{"Packages":{"backend":{"SecurityVersion":2}}}` {
 		t.Fatalf("uploaded %q", got.Manifest)
+	}
+	// An applied update with new recovery secrets and no file: standard
+	// output holds only the secrets (as the file would), the status goes to
+	// standard error.
+	updateResp = v2.UpdateResponse{RecoverySecrets: map[string][]byte{"owner": {4}}}
+	mu.Unlock()
+	code, out, errOut = run(t, env, append([]string{"manifest", "update", "apply", "m.yaml"}, user...)...)
+	var rsOut recoverySecretsFile
+	if code != 0 || json.Unmarshal([]byte(out), &rsOut) != nil || string(rsOut.RecoverySecrets["owner"]) != "\x04" ||
+		!strings.HasPrefix(errOut, "Update applied.\n") {
+		t.Fatalf("apply with secrets: %d %q %q", code, out, errOut)
+	}
+	// Without a client certificate: a usage error before any request.
+	if code, _, _ := run(t, env, "manifest", "update", "apply", "m.yaml", "--insecure"); code != ExitUsage {
+		t.Fatalf("apply without certificate: %d", code)
 	}
 
 	f.mux.HandleFunc("POST /api/v2/update-manifest", func(w http.ResponseWriter, r *http.Request) {

@@ -69,6 +69,16 @@ func (a *app) saveRecoverySecrets(file string, secrets map[string][]byte) error 
 	return nil
 }
 
+// status prints a text-mode status line: to standard output, or to standard
+// error when standard output is to hold only recovery secrets (no file).
+func (a *app) status(secretsFile string, secrets map[string][]byte, format string, args ...any) {
+	if secretsFile == "" && len(secrets) > 0 {
+		a.notef(format, args...)
+		return
+	}
+	a.printf(format, args...)
+}
+
 func (a *app) manifestSetCommand() *cobra.Command {
 	var secretsFile string
 	c := &cobra.Command{
@@ -105,12 +115,7 @@ written to --recovery-secrets-file (JSON, mode 0600) or else printed.`,
 				}
 				return a.printJSON(out)
 			}
-			msg := fmt.Sprintf("Manifest set (SHA-256 %s).\n", fp)
-			if secretsFile == "" && len(secrets) > 0 {
-				a.notef("%s", msg) // standard output holds only the secrets
-			} else {
-				a.printf("%s", msg)
-			}
+			a.status(secretsFile, secrets, "Manifest set (SHA-256 %s).\n", fp)
 			return a.saveRecoverySecrets(secretsFile, secrets)
 		},
 	}
@@ -299,9 +304,9 @@ encrypted recovery secrets are written to --recovery-secrets-file.`,
 				return a.printJSON(res)
 			}
 			if res.MissingAcknowledgments == 0 {
-				a.printf("Update applied.\n")
+				a.status(secretsFile, res.RecoverySecrets, "Update applied.\n")
 			} else {
-				a.printf("Update pending: %s missing (users who may acknowledge: %s).\n",
+				a.status(secretsFile, res.RecoverySecrets, "Update pending: %s missing (users who may acknowledge: %s).\n",
 					plural(res.MissingAcknowledgments, "acknowledgement"), strings.Join(res.MissingUsers, ", "))
 			}
 			return a.saveRecoverySecrets(secretsFile, res.RecoverySecrets)
@@ -337,7 +342,7 @@ func (a *app) updateAcknowledgeCommand() *cobra.Command {
 				}
 				return a.printJSON(res)
 			}
-			a.printf("%s\n", res.Message)
+			a.status(secretsFile, res.RecoverySecrets, "%s\n", res.Message)
 			return a.saveRecoverySecrets(secretsFile, res.RecoverySecrets)
 		},
 	}
