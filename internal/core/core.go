@@ -103,9 +103,16 @@ type sealedState struct {
 	Packages map[string]manifest.Package
 	// Secrets are the generated and uploaded secret values by name.
 	Secrets map[string]secrets.Secret
+	// PreviousSecrets are the values from before the last full update
+	// (templates' .Previous.Secrets).
+	PreviousSecrets map[string]secrets.Secret `json:",omitempty"`
+	// PreviousRootSecret is the root secret before the last rotation.
+	PreviousRootSecret []byte `json:",omitempty"`
 	// UpdateLog is the append-only log of applied changes, one JSON entry
 	// per string.
 	UpdateLog []string
+	// Pending is the full manifest update waiting for acknowledgements.
+	Pending *pendingUpdate `json:",omitempty"`
 }
 
 const stateFormat = 1

@@ -29,6 +29,10 @@ type Coordinator interface {
 	Secrets(ctx context.Context, peer []*x509.Certificate, names []string) (map[string]secrets.Secret, error)
 	SetSecrets(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error
 	UpdateLog(ctx context.Context) ([]string, error)
+	Update(ctx context.Context, peer []*x509.Certificate, raw []byte) (core.UpdateResult, error)
+	PendingUpdate(ctx context.Context) (core.PendingUpdate, error)
+	AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (core.UpdateResult, error)
+	CancelUpdate(ctx context.Context, peer []*x509.Certificate) error
 }
 
 // Options configure the server.
@@ -72,6 +76,10 @@ func (s *server) routes() []route {
 		{method: http.MethodGet, path: v2.PathSecrets, handle: s.getSecrets},
 		{method: http.MethodPost, path: v2.PathSecrets, handle: s.postSecrets},
 		{method: http.MethodGet, path: v2.PathUpdate, handle: s.getUpdateLog},
+		{method: http.MethodPost, path: v2.PathUpdate, handle: s.postUpdate},
+		{method: http.MethodGet, path: v2.PathUpdateManifest, handle: s.getPendingUpdate},
+		{method: http.MethodPost, path: v2.PathUpdateManifest, handle: s.postAcknowledge},
+		{method: http.MethodPost, path: v2.PathUpdateCancel, handle: s.postCancel},
 	}
 }
 

@@ -1,0 +1,414 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"crypto/rsa"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/quarry-cc/quarry/internal/ca"
+	"github.com/quarry-cc/quarry/internal/recovery"
+	"github.com/quarry-cc/quarry/internal/secrets"
+	"github.com/quarry-cc/quarry/internal/updatelog"
+	"github.com/quarry-cc/quarry/internal/user"
+	"github.com/quarry-cc/quarry/manifest"
+)
+
+// pendingUpdate is a full manifest update waiting for acknowledgements. It is
+// part of the sealed state and survives restarts.
+type pendingUpdate struct {
+	ManifestRaw []byte
+	// RequiredUsers may acknowledge: the users holding UpdateManifest when
+	// the update was initiated (sorted).
+	RequiredUsers []string
+	// Acknowledged lists who has acknowledged (the initiator first).
+	Acknowledged []string
+	// Needed is the number of acknowledgements that apply the update.
+	Needed int
+}
+
+func (p *pendingUpdate) missingAcknowledgments() int { return max(p.Needed-len(p.Acknowledged), 0) }
+
+func (p *pendingUpdate) missingUsers() []string {
+	var out []string
+	for _, u := range p.RequiredUsers {
+		if !slices.Contains(p.Acknowledged, u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// errUpdatePending is the conflict of a second update while one is pending.
+var errUpdatePending = classify(ErrConflict, errors.New("update already in progress. Acknowledge the update to apply it, or cancel it to start a new one"))
+
+// errNoUpdate means nothing is pending.
+var errNoUpdate = classify(ErrNotFound, errors.New("no update in progress"))
+
+// UpdateResult is the outcome of an update request or acknowledgement.
+type UpdateResult struct {
+	// Applied is true when the manifest (or the packages) changed now.
+	Applied bool
+	// MissingAcknowledgments and MissingUsers describe a pending update.
+	MissingAcknowledgments int
+	MissingUsers           []string
+	// RecoverySecrets are new encrypted recovery secrets when the applied
+	// manifest changed the recovery keys.
+	RecoverySecrets map[string][]byte
+	// AlreadyAcknowledged is set when the user had acknowledged before.
+	AlreadyAcknowledged bool
+}
+
+// PendingUpdate is the pending full update as GET update-manifest shows it.
+type PendingUpdate struct {
+	Manifest               []byte
+	MissingUsers           []string
+	MissingAcknowledgments int
+}
+
+// Update applies a package update at once, or starts a full manifest update
+// that needs the acknowledgements the current manifest's UpdateThreshold
+// asks for (applied at once when the initiator alone suffices).
+func (c *Core) Update(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.snap.Load()
+	u, err := identify(s, opUpdate, peer)
+	if err != nil {
+		return UpdateResult{}, err
+	}
+	if s.persisted.Pending != nil {
+		return UpdateResult{}, errUpdatePending
+	}
+	m, err := manifest.Parse(raw)
+	if err != nil {
+		return UpdateResult{}, err
+	}
+	if m.IsPackageUpdate() {
+		return UpdateResult{}, c.updatePackages(ctx, s, u.Name, m)
+	}
+	if err := authorize(u, manifest.ActionUpdateManifest); err != nil {
+		return UpdateResult{}, err
+	}
+	if err := m.Validate(); err != nil {
+		return UpdateResult{}, err
+	}
+	required := s.users.WithAction(manifest.ActionUpdateManifest)
+	needed := int(s.manifest.Config.UpdateThreshold)
+	if needed == 0 {
+		needed = len(required)
+	}
+	p := &pendingUpdate{ManifestRaw: bytes.Clone(raw), RequiredUsers: required, Acknowledged: []string{u.Name}, Needed: needed}
+	st := *s.persisted
+	now := c.opts.Now()
+	fp := fingerprint(raw)
+	if p.missingAcknowledgments() == 0 {
+		st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateInitiatedApplied(now, u.Name, fp))
+		return c.applyFullUpdate(ctx, s, &st, m, raw)
+	}
+	st.Pending = p
+	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateInitiatedWaiting(now, u.Name, p.missingAcknowledgments(), p.missingUsers(), fp))
+	if err := c.persist(ctx, s, &st); err != nil {
+		return UpdateResult{}, err
+	}
+	c.log.Info("manifest update initiated", "user", u.Name, "manifestFingerprint", fp, "missingAcknowledgments", p.missingAcknowledgments())
+	return UpdateResult{MissingAcknowledgments: p.missingAcknowledgments(), MissingUsers: p.missingUsers()}, nil
+}
+
+// updatePackages applies a package update (behaviour.md §7.1): new security
+// versions, a new intermediate CA and Marble root (keeping every SAN), and
+// shared certificates re-issued under it with their original expiry.
+func (c *Core) updatePackages(ctx context.Context, s *snapshot, userName string, m *manifest.Manifest) error {
+	names := slices.Sorted(maps.Keys(m.Packages))
+	for _, n := range names {
+		if _, ok := s.persisted.Packages[n]; !ok {
+			return classify(ErrNotFound, fmt.Errorf("package %q is not defined in the current manifest", n))
+		}
+	}
+	u, _ := s.users.Get(userName)
+	if err := authorize(u, manifest.ActionUpdateSecurityVersion, names...); err != nil {
+		return err
+	}
+	if err := m.ValidatePackageUpdate(s.persisted.Packages); err != nil {
+		return err
+	}
+	now := c.opts.Now()
+	authority, err := s.ca.Rotate(c.opts.Rand, now)
+	if err != nil {
+		return err
+	}
+	st := *s.persisted
+	st.Packages = maps.Clone(st.Packages)
+	st.UpdateLog = slices.Clip(st.UpdateLog)
+	for _, n := range names {
+		p := st.Packages[n]
+		svn := *m.Packages[n].SecurityVersion
+		p.SecurityVersion = &svn
+		st.Packages[n] = p
+		st.UpdateLog = append(st.UpdateLog, updatelog.SecurityVersionIncreased(now, userName, n, svn))
+	}
+	if st.Secrets, err = c.reissueSharedCerts(s.manifest, st.Secrets, authority, now); err != nil {
+		return err
+	}
+	if st.CA, err = authority.Persist(); err != nil {
+		return err
+	}
+	next := *s
+	next.ca = authority
+	if err := c.persist(ctx, &next, &st); err != nil {
+		return err
+	}
+	c.log.Info("packages updated", "user", userName, "packages", names)
+	return nil
+}
+
+// reissueSharedCerts re-issues the shared generated certificates under a new
+// CA, keeping each certificate's expiry.
+func (c *Core) reissueSharedCerts(m *manifest.Manifest, cur map[string]secrets.Secret, a *ca.Authority, now time.Time) (map[string]secrets.Secret, error) {
+	out := maps.Clone(cur)
+	for _, name := range slices.Sorted(maps.Keys(cur)) {
+		v := cur[name]
+		if !v.Shared || v.UserDefined || !strings.HasPrefix(v.Type, "cert-") || len(v.Cert) == 0 {
+			continue
+		}
+		old, err := x509.ParseCertificate(v.Cert)
+		if err != nil {
+			return nil, fmt.Errorf("stored certificate of secret %s: %w", name, err)
+		}
+		def := m.Secrets[name]
+		def.ValidFor = 0
+		def.Cert.NotAfter = old.NotAfter
+		nv, err := secrets.GenerateCert(c.opts.Rand, name, def, secretIssuer(a), now)
+		if err != nil {
+			return nil, fmt.Errorf("re-issuing secret %s: %w", name, err)
+		}
+		nv.ValidFor = v.ValidFor
+		out[name] = nv
+	}
+	return out, nil
+}
+
+// PendingUpdate returns the pending full update.
+func (c *Core) PendingUpdate(context.Context) (PendingUpdate, error) {
+	s := c.snap.Load()
+	if s.state != StateAcceptingMarbles || s.persisted.Pending == nil {
+		return PendingUpdate{}, errNoUpdate
+	}
+	p := s.persisted.Pending
+	return PendingUpdate{Manifest: p.ManifestRaw, MissingUsers: p.missingUsers(), MissingAcknowledgments: p.missingAcknowledgments()}, nil
+}
+
+// AcknowledgeUpdate records a required user's acknowledgement of the pending
+// update; raw must be byte-identical to the pending manifest. The last
+// required acknowledgement applies the update.
+func (c *Core) AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.snap.Load()
+	u, err := identify(s, opUpdate, peer)
+	if err != nil {
+		return UpdateResult{}, err
+	}
+	p := s.persisted.Pending
+	if p == nil {
+		return UpdateResult{}, errNoUpdate
+	}
+	if !slices.Contains(p.RequiredUsers, u.Name) {
+		return UpdateResult{}, classify(ErrForbidden, fmt.Errorf("user %s is not allowed to acknowledge manifest updates", u.Name))
+	}
+	if !bytes.Equal(raw, p.ManifestRaw) {
+		return UpdateResult{}, classify(ErrInvalidRequest, errors.New("provided manifest does not match the pending manifest"))
+	}
+	if slices.Contains(p.Acknowledged, u.Name) {
+		return UpdateResult{MissingAcknowledgments: p.missingAcknowledgments(), MissingUsers: p.missingUsers(), AlreadyAcknowledged: true}, nil
+	}
+	np := *p
+	np.Acknowledged = append(slices.Clip(p.Acknowledged), u.Name)
+	st := *s.persisted
+	fp := fingerprint(raw)
+	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateAcknowledged(c.opts.Now(), u.Name, np.missingAcknowledgments(), np.missingUsers(), fp))
+	if np.missingAcknowledgments() == 0 {
+		m, err := manifest.Parse(raw)
+		if err != nil {
+			return UpdateResult{}, err
+		}
+		st.Pending = nil
+		res, err := c.applyFullUpdate(ctx, s, &st, m, raw)
+		if err != nil {
+			c.cancelAfterFailedApply(ctx, s, fp, err)
+		}
+		return res, err
+	}
+	st.Pending = &np
+	if err := c.persist(ctx, s, &st); err != nil {
+		return UpdateResult{}, err
+	}
+	c.log.Info("manifest update acknowledged", "user", u.Name, "missingAcknowledgments", np.missingAcknowledgments())
+	return UpdateResult{MissingAcknowledgments: np.missingAcknowledgments(), MissingUsers: np.missingUsers()}, nil
+}
+
+// cancelAfterFailedApply removes a pending update whose apply failed, with a
+// log entry, so that a new update can be started.
+func (c *Core) cancelAfterFailedApply(ctx context.Context, s *snapshot, fp string, cause error) {
+	st := *s.persisted
+	st.Pending = nil
+	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateCancelledOnFailure(c.opts.Now(), fp))
+	if err := c.persist(ctx, s, &st); err != nil {
+		c.log.Error("cancelling the failed manifest update", "error", err.Error())
+		return
+	}
+	c.log.Warn("manifest update cancelled because it could not be applied", "cause", cause.Error())
+}
+
+// CancelUpdate cancels the pending update; any user holding UpdateManifest
+// may do so.
+func (c *Core) CancelUpdate(ctx context.Context, peer []*x509.Certificate) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.snap.Load()
+	u, err := identify(s, opUpdate, peer)
+	if err != nil {
+		return err
+	}
+	p := s.persisted.Pending
+	if p == nil {
+		return errNoUpdate
+	}
+	if err := authorize(u, manifest.ActionUpdateManifest); err != nil {
+		return err
+	}
+	st := *s.persisted
+	st.Pending = nil
+	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateCancelled(c.opts.Now(), u.Name, fingerprint(p.ManifestRaw)))
+	if err := c.persist(ctx, s, &st); err != nil {
+		return err
+	}
+	c.log.Info("manifest update cancelled", "user", u.Name)
+	return nil
+}
+
+// applyFullUpdate makes m (uploaded as raw) the manifest (behaviour.md §7.2
+// step 7 and §7.3): users, packages and secrets follow the new manifest, the
+// intermediate CA and Marble root are rotated, and new recovery secrets are
+// made when the recovery keys changed. st already carries the log entries
+// and pending state of the caller.
+func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState, m *manifest.Manifest, raw []byte) (UpdateResult, error) {
+	users, err := user.FromManifest(m)
+	if err != nil {
+		return UpdateResult{}, classify(ErrInvalidRequest, err)
+	}
+	now := c.opts.Now()
+	authority, err := s.ca.Rotate(c.opts.Rand, now)
+	if err != nil {
+		return UpdateResult{}, err
+	}
+	raw = bytes.Clone(raw)
+	sig, err := s.ca.SignRoot(c.opts.Rand, raw)
+	if err != nil {
+		return UpdateResult{}, fmt.Errorf("signing manifest: %w", err)
+	}
+	if m.Config.RotateRootSecret {
+		st.PreviousRootSecret = st.RootSecret
+		st.RootSecret = make([]byte, 32)
+		if _, err := io.ReadFull(c.opts.Rand, st.RootSecret); err != nil {
+			return UpdateResult{}, err
+		}
+	}
+	st.PreviousSecrets = st.Secrets
+	if st.Secrets, err = c.updatedSecrets(s.manifest, m, st.Secrets, authority, m.Config.RotateRootSecret); err != nil {
+		return UpdateResult{}, err
+	}
+	if st.CA, err = authority.Persist(); err != nil {
+		return UpdateResult{}, err
+	}
+	st.Manifest, st.ManifestSignature, st.Packages, st.Pending = raw, sig, m.Packages, nil
+	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateApplied(now, fingerprint(raw)))
+
+	res := UpdateResult{Applied: true}
+	header := c.header
+	newKey := false
+	prevDEK := c.dek
+	if manifest.RecoveryKeysChanged(s.manifest, m) {
+		keys := make(map[string]*rsa.PublicKey, len(m.RecoveryKeys))
+		for name, text := range m.RecoveryKeys {
+			if keys[name], err = recovery.ParsePublicKeyPEM(text); err != nil {
+				return UpdateResult{}, classify(ErrInvalidRequest, fmt.Errorf("recovery key %s: %w", name, err))
+			}
+		}
+		dek, enc, pub, err := recovery.Generate(c.opts.Rand, keys, m.Config.RecoveryThreshold)
+		if err != nil {
+			return UpdateResult{}, classify(ErrInvalidRequest, fmt.Errorf("generating recovery secrets: %w", err))
+		}
+		header = sealHeader{Format: stateFormat, Recovery: pub}
+		c.dek, newKey, res.RecoverySecrets = dek, true, enc
+	}
+	if m.Config.SealMode != manifest.SealModeDisabled {
+		if err := c.commit(ctx, st, header, newKey); err != nil {
+			c.dek = prevDEK
+			return UpdateResult{}, err
+		}
+		c.header = header
+	}
+	c.snap.Store(&snapshot{
+		state:       s.state,
+		ca:          authority,
+		quote:       s.quote,
+		persisted:   st,
+		manifest:    m,
+		users:       users,
+		fingerprint: fingerprint(raw),
+	})
+	c.log.Info("manifest updated", "manifestFingerprint", fingerprint(raw), "recoveryKeysChanged", newKey)
+	return res, nil
+}
+
+// updatedSecrets computes the secrets after a full update (behaviour.md
+// §7.3): removed ones go; new or redefined ones are generated (user-defined
+// ones start empty); unchanged user-defined values and symmetric keys stay
+// (symmetric keys are renewed when the root secret rotates); other
+// generated secrets are re-issued under the new CA with the new template.
+func (c *Core) updatedSecrets(old, m *manifest.Manifest, cur map[string]secrets.Secret, a *ca.Authority, rotate bool) (map[string]secrets.Secret, error) {
+	regen := map[string]manifest.Secret{}
+	out := map[string]secrets.Secret{}
+	for name, def := range m.Secrets {
+		prev, had := cur[name]
+		oldDef, defined := old.Secrets[name]
+		unchanged := had && defined && sameDefinition(oldDef, def)
+		switch {
+		case unchanged && def.UserDefined:
+			out[name] = prev
+		case unchanged && def.Type == manifest.SecretTypeSymmetric && !rotate:
+			out[name] = prev
+		default:
+			regen[name] = def
+		}
+	}
+	gen, err := secrets.Generate(c.opts.Rand, regen, secretIssuer(a), c.opts.Now())
+	if err != nil {
+		if errors.Is(err, secrets.ErrInvalid) {
+			return nil, classify(ErrInvalidRequest, fmt.Errorf("generating secrets from manifest: %w", err))
+		}
+		return nil, fmt.Errorf("generating secrets from manifest: %w", err)
+	}
+	maps.Copy(out, gen)
+	return out, nil
+}
+
+// sameDefinition compares what defines a secret's value (not the
+// certificate template).
+func sameDefinition(a, b manifest.Secret) bool {
+	norm := func(s manifest.Secret) uint {
+		if s.ValidFor == 0 && strings.HasPrefix(s.Type, "cert-") {
+			return secrets.DefaultValidFor
+		}
+		return s.ValidFor
+	}
+	return a.Type == b.Type && a.Size == b.Size && a.Shared == b.Shared && a.UserDefined == b.UserDefined && norm(a) == norm(b)
+}

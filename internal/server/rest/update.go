@@ -1,0 +1,89 @@
+package rest
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	v2 "github.com/quarry-cc/quarry/api/v2"
+)
+
+// readManifestBody decodes {"manifest": base64} bounded by the manifest
+// limit.
+func (s *server) readManifestBody(r *http.Request) ([]byte, error) {
+	var req v2.UpdateRequest
+	if err := decodeBody(r, s.opts.MaxManifestBytes, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Manifest) == 0 {
+		return nil, &bodyError{msg: `invalid request: the "manifest" member is missing or empty; it must hold the base64-encoded manifest`}
+	}
+	return req.Manifest, nil
+}
+
+func (s *server) postUpdate(r *http.Request) (any, error) {
+	raw, err := s.readManifestBody(r)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.c.Update(r.Context(), peerCertificates(r), raw)
+	if err != nil {
+		return nil, err
+	}
+	return v2.UpdateResponse{
+		MissingAcknowledgments: res.MissingAcknowledgments,
+		MissingUsers:           res.MissingUsers,
+		RecoverySecrets:        res.RecoverySecrets,
+	}, nil
+}
+
+// progressMessage is MarbleRun's text for the state of an acknowledgement.
+func progressMessage(missing int, users []string) string {
+	switch missing {
+	case 0:
+		return "All users have acknowledged the update manifest. Update successfully applied"
+	case 1:
+		return "1 user still needs to acknowledge the update manifest.\nThe following users have not yet accepted: " + strings.Join(users, ", ")
+	}
+	return fmt.Sprintf("%d users still need to acknowledge the update manifest.\nThe following users have not yet accepted: %s", missing, strings.Join(users, ", "))
+}
+
+func (s *server) getPendingUpdate(r *http.Request) (any, error) {
+	p, err := s.c.PendingUpdate(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	msg := fmt.Sprintf("%d users still need to acknowledge the update manifest", p.MissingAcknowledgments)
+	if p.MissingAcknowledgments == 1 {
+		msg = "1 user still needs to acknowledge the update manifest"
+	}
+	return v2.PendingUpdateResponse{Manifest: p.Manifest, MissingUsers: p.MissingUsers, Message: msg}, nil
+}
+
+func (s *server) postAcknowledge(r *http.Request) (any, error) {
+	raw, err := s.readManifestBody(r)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.c.AcknowledgeUpdate(r.Context(), peerCertificates(r), raw)
+	if err != nil {
+		return nil, err
+	}
+	msg := progressMessage(res.MissingAcknowledgments, res.MissingUsers)
+	if res.AlreadyAcknowledged {
+		msg = "You have already acknowledged this update; nothing changed.\n" + msg
+	}
+	return v2.UpdateAckResponse{
+		Message:                msg,
+		MissingAcknowledgments: res.MissingAcknowledgments,
+		MissingUsers:           res.MissingUsers,
+		RecoverySecrets:        res.RecoverySecrets,
+	}, nil
+}
+
+func (s *server) postCancel(r *http.Request) (any, error) {
+	if err := s.c.CancelUpdate(r.Context(), peerCertificates(r)); err != nil {
+		return nil, err
+	}
+	return v2.UpdateCancelResponse{Message: "Update successfully cancelled"}, nil
+}
