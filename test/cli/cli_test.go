@@ -71,16 +71,6 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, scriptParams("testdata"))
 }
 
-// TestPendingScripts runs the scenarios in testdata/pending: endpoints the
-// Coordinator does not serve yet. They run only with QUARRY_CLI_PENDING=1;
-// move a file to testdata/ once its endpoints have landed.
-func TestPendingScripts(t *testing.T) {
-	if os.Getenv("QUARRY_CLI_PENDING") != "1" {
-		t.Skip("scenarios for endpoints not served yet; set QUARRY_CLI_PENDING=1 to run them")
-	}
-	testscript.Run(t, scriptParams(filepath.Join("testdata", "pending")))
-}
-
 func scriptParams(dir string) testscript.Params {
 	return testscript.Params{
 		Dir: dir,
