@@ -1,6 +1,23 @@
 // Package manifest models a Coordinator deployment manifest: its sections and
 // fields (MarbleRun-compatible JSON), parsing from the exact uploaded bytes,
-// and validation that names the offending section and field.
+// validation that names the offending section and field, and the Files and
+// Env templates delivered to Marbles.
+//
+// Parse and Validate accept what MarbleRun's Coordinator accepts and report
+// the same messages, except where MarbleRun has a defect or no limit:
+//   - packages that no Marble references are validated too;
+//   - user certificates are compared by DER, not by PEM text;
+//   - an unknown role resource type is named, not printed as a struct;
+//   - UpdateManifest holders are counted by any action, not the first;
+//   - secret sizes are bounded (cert-rsa at most MaxRSASecretSize bits,
+//     symmetric-key at most MaxSymmetricSecretSize bits, recovery keys at most
+//     MaxRecoveryKeySize bits), and user-defined secrets are size-checked;
+//   - the AzureHSMSealing feature gate is rejected as unsupported;
+//   - secret generation, recovery key and user certificate errors and the
+//     template dry run are found by Validate, before anything is stored;
+//   - a File value of JSON null is an error;
+//   - templates run within limits on nesting, template calls, work, value
+//     and output sizes, and rendered Env values must not contain NUL.
 package manifest
 
 import (

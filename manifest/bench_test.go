@@ -1,0 +1,94 @@
+package manifest
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"testing"
+	"time"
+)
+
+// benchManifest builds a valid manifest with n marbles, n secrets and n users
+// (each with its own certificate), plus the fixture's recovery keys.
+func benchManifest(b *testing.B, n int) []byte {
+	b.Helper()
+	m := loadFixture(b, "manifest.json")
+	m.Marbles = make(map[string]Marble, n)
+	m.Secrets = make(map[string]Secret, n)
+	m.Users = make(map[string]User, n)
+	m.Roles = map[string]Role{
+		"update": {ResourceType: ResourceManifest, Actions: []string{ActionUpdateManifest}},
+		"read":   {ResourceType: ResourceSecrets, Actions: []string{ActionReadSecret}},
+	}
+	m.TLS = nil
+	m.Config.UpdateThreshold = 1
+	read := m.Roles["read"]
+	for i := range n {
+		secret := fmt.Sprintf("secret%d", i)
+		switch i % 3 {
+		case 0:
+			m.Secrets[secret] = Secret{Type: SecretTypeSymmetric, Size: 256, Shared: true}
+		case 1:
+			m.Secrets[secret] = Secret{Type: SecretTypeCertECDSA, Size: 256, Shared: true, ValidFor: 30}
+		default:
+			m.Secrets[secret] = Secret{Type: SecretTypePlain, UserDefined: true}
+		}
+		read.ResourceNames = append(read.ResourceNames, secret)
+		m.Marbles[fmt.Sprintf("marble%d", i)] = Marble{
+			Package: "backend",
+			Parameters: Parameters{
+				Files: map[string]File{"/secret": {Data: fmt.Sprintf("{{hex .Secrets.%s}}", secret)}},
+				Env:   map[string]File{"ROOT": {Data: "{{pem .MarbleRun.RootCA.Cert}}"}},
+				Argv:  []string{"./app"},
+			},
+		}
+		m.Users[fmt.Sprintf("user%d", i)] = User{Certificate: benchCertificate(b, i), Roles: []string{"update", "read"}}
+	}
+	m.Roles["read"] = read
+	raw, err := json.Marshal(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return raw
+}
+
+func benchCertificate(b *testing.B, i int) string {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(int64(i + 1)),
+		Subject:      pkix.Name{CommonName: fmt.Sprintf("user%d", i)},
+		NotBefore:    time.Now(),
+		NotAfter:     time.Now().Add(time.Hour),
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+func BenchmarkParseValidate(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			raw := benchManifest(b, n)
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				m, err := Parse(raw)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Validate(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
