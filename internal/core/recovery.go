@@ -113,6 +113,20 @@ type RecoverResult struct {
 // restored with its root certificate, and sealed again under a fresh sealed
 // key, so the next start needs no recovery.
 func (c *Core) Recover(ctx context.Context, secret, signature []byte) (RecoverResult, error) {
+	if len(signature) == 0 {
+		return RecoverResult{}, classify(ErrInvalidRequest, errors.New("the recovery secret signature is missing"))
+	}
+	return c.recover(ctx, secret, signature, true)
+}
+
+// RecoverUnsigned is Recover for the unprefixed API, whose request carries
+// the plain secret without a signature (decision D11). The secret must still
+// be one of the sealed state's shares.
+func (c *Core) RecoverUnsigned(ctx context.Context, secret []byte) (RecoverResult, error) {
+	return c.recover(ctx, secret, nil, false)
+}
+
+func (c *Core) recover(ctx context.Context, secret, signature []byte, signed bool) (RecoverResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()
@@ -122,9 +136,6 @@ func (c *Core) Recover(ctx context.Context, secret, signature []byte) (RecoverRe
 	r := &c.rec
 	if r.cannot != nil {
 		return RecoverResult{}, classify(ErrConflict, fmt.Errorf("the sealed state cannot be recovered: %w; set a new manifest to start over (the old files are kept)", r.cannot))
-	}
-	if len(signature) == 0 {
-		return RecoverResult{}, classify(ErrInvalidRequest, errors.New("the recovery secret signature is missing"))
 	}
 	if !recovery.IsPlainSecretLength(len(secret)) {
 		r.ephMu.Lock()
@@ -139,7 +150,11 @@ func (c *Core) Recover(ctx context.Context, secret, signature []byte) (RecoverRe
 		}
 		secret = plain
 	}
-	remaining, key, err := r.collector.Add(secret, signature)
+	add := r.collector.AddUnsigned
+	if signed {
+		add = func(secret []byte) (int, []byte, error) { return r.collector.Add(secret, signature) }
+	}
+	remaining, key, err := add(secret)
 	if err != nil {
 		return RecoverResult{Remaining: remaining}, classify(ErrInvalidRequest, err)
 	}

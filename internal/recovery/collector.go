@@ -67,6 +67,18 @@ func NewCollector(pub Public, ttl time.Duration, now func() time.Time) *Collecto
 // state), *SignatureError wrapping ErrBadSignature, ErrReusedSecret (already
 // accepted in this round).
 func (c *Collector) Add(secret, signature []byte) (remaining int, key []byte, err error) {
+	return c.add(secret, signature, true)
+}
+
+// AddUnsigned is Add without the signature check, for the unprefixed API
+// whose recover request carries no signature (decision D11): the share must
+// still be one of this state's shares (its hash is in the public data), so
+// only a holder of a decrypted share can make progress.
+func (c *Collector) AddUnsigned(secret []byte) (remaining int, key []byte, err error) {
+	return c.add(secret, nil, false)
+}
+
+func (c *Collector) add(secret, signature []byte, checkSignature bool) (remaining int, key []byte, err error) {
 	if c.err != nil {
 		return 0, nil, c.err
 	}
@@ -83,7 +95,7 @@ func (c *Collector) Add(secret, signature []byte) (remaining int, key []byte, er
 	if !ok {
 		return c.remaining(), nil, ErrUnknownSecret
 	}
-	if rsa.VerifyPKCS1v15(k.pub, crypto.SHA256, digest[:], signature) != nil {
+	if checkSignature && rsa.VerifyPKCS1v15(k.pub, crypto.SHA256, digest[:], signature) != nil {
 		return c.remaining(), nil, &SignatureError{Key: k.name}
 	}
 	if _, dup := c.accepted[k.name]; dup {

@@ -491,3 +491,22 @@ func FuzzCollectorAdd(f *testing.F) {
 		}
 	})
 }
+
+func TestAddUnsigned(t *testing.T) {
+	f := newFixture(t, 2, 0)
+	c := NewCollector(f.pub, 0, nil)
+	if _, _, err := c.AddUnsigned(make([]byte, 32)); !errors.Is(err, ErrUnknownSecret) {
+		t.Fatalf("unknown share: %v", err)
+	}
+	first, second := f.names[0], f.names[1]
+	if r, _, err := c.AddUnsigned(f.shares[first]); err != nil || r != 1 {
+		t.Fatalf("first share: %d, %v", r, err)
+	}
+	if _, _, err := c.AddUnsigned(f.shares[first]); !errors.Is(err, ErrReusedSecret) {
+		t.Fatalf("reused share: %v", err)
+	}
+	r, key, err := c.AddUnsigned(f.shares[second])
+	if err != nil || r != 0 || !bytes.Equal(key, f.dek) {
+		t.Fatalf("second share: %d, %v", r, err)
+	}
+}

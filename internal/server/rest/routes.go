@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	v2 "github.com/quarry-cc/quarry/api/v2"
 	"github.com/quarry-cc/quarry/internal/core"
@@ -26,6 +27,7 @@ type Coordinator interface {
 	SetManifest(ctx context.Context, raw []byte) (map[string][]byte, error)
 	Recover(ctx context.Context, secret, signature []byte) (core.RecoverResult, error)
 	RecoveryPublicKey(ctx context.Context) ([]byte, error)
+	RecoverUnsigned(ctx context.Context, secret []byte) (core.RecoverResult, error)
 	Secrets(ctx context.Context, peer []*x509.Certificate, names []string) (map[string]secrets.Secret, error)
 	SetSecrets(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error
 	UpdateLog(ctx context.Context) ([]string, error)
@@ -62,6 +64,15 @@ type server struct {
 	c    Coordinator
 	opts Options
 	log  *slog.Logger
+
+	warned sync.Map // v1 paths whose deprecation was logged
+}
+
+// deprecated logs, once per path and process, that a v1 path was used.
+func (s *server) deprecated(path string) {
+	if _, seen := s.warned.LoadOrStore(path, true); !seen {
+		s.log.Warn("usage of deprecated API endpoint; use the /api/v2 equivalent", "path", path)
+	}
 }
 
 // routes is the one route table of the Client API.
@@ -83,6 +94,9 @@ func (s *server) routes() []route {
 	}
 }
 
+// allRoutes is the route table of both generations.
+func (s *server) allRoutes() []route { return append(s.routes(), s.v1Routes()...) }
+
 // New returns the Client API handler.
 func New(c Coordinator, opts Options) http.Handler {
 	if opts.Logger == nil {
@@ -93,13 +107,16 @@ func New(c Coordinator, opts Options) http.Handler {
 	// methods maps each path of the route table to its methods; it tells
 	// 405 from 404 for requests no route matched.
 	methods := map[string][]string{}
-	for _, rt := range s.routes() {
+	for _, rt := range s.allRoutes() {
 		methods[rt.path] = append(methods[rt.path], rt.method)
 	}
-	for _, rt := range s.routes() {
+	for _, rt := range s.allRoutes() {
 		rend := renderer{log: s.log, v1: rt.v1, methods: methods}
-		h := rt.handle
+		h, v1, path := rt.handle, rt.v1, rt.path
 		mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
+			if v1 {
+				s.deprecated(path)
+			}
 			data, err := h(r)
 			rend.write(w, r, data, err)
 		})

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	v2 "github.com/quarry-cc/quarry/api/v2"
+	"github.com/quarry-cc/quarry/internal/core"
 )
 
 // readManifestBody decodes {"manifest": base64} bounded by the manifest
@@ -48,6 +49,9 @@ func progressMessage(missing int, users []string) string {
 	return fmt.Sprintf("%d users still need to acknowledge the update manifest.\nThe following users have not yet accepted: %s", missing, strings.Join(users, ", "))
 }
 
+// pendingUpdateData is the pending update as both generations show it.
+type pendingUpdateData = v2.PendingUpdateResponse
+
 func (s *server) getPendingUpdate(r *http.Request) (any, error) {
 	p, err := s.c.PendingUpdate(r.Context())
 	if err != nil {
@@ -57,8 +61,19 @@ func (s *server) getPendingUpdate(r *http.Request) (any, error) {
 	if p.MissingAcknowledgments == 1 {
 		msg = "1 user still needs to acknowledge the update manifest"
 	}
-	return v2.PendingUpdateResponse{Manifest: p.Manifest, MissingUsers: p.MissingUsers, Message: msg}, nil
+	return pendingUpdateData{Manifest: p.Manifest, MissingUsers: p.MissingUsers, Message: msg}, nil
 }
+
+// ackMessage is the text answer to an acknowledgement.
+func ackMessage(res core.UpdateResult) string {
+	msg := progressMessage(res.MissingAcknowledgments, res.MissingUsers)
+	if res.AlreadyAcknowledged {
+		msg = "You have already acknowledged this update; nothing changed.\n" + msg
+	}
+	return msg
+}
+
+const cancelMessage = "Update successfully cancelled"
 
 func (s *server) postAcknowledge(r *http.Request) (any, error) {
 	raw, err := s.readManifestBody(r)
@@ -69,12 +84,8 @@ func (s *server) postAcknowledge(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	msg := progressMessage(res.MissingAcknowledgments, res.MissingUsers)
-	if res.AlreadyAcknowledged {
-		msg = "You have already acknowledged this update; nothing changed.\n" + msg
-	}
 	return v2.UpdateAckResponse{
-		Message:                msg,
+		Message:                ackMessage(res),
 		MissingAcknowledgments: res.MissingAcknowledgments,
 		MissingUsers:           res.MissingUsers,
 		RecoverySecrets:        res.RecoverySecrets,
@@ -85,5 +96,5 @@ func (s *server) postCancel(r *http.Request) (any, error) {
 	if err := s.c.CancelUpdate(r.Context(), peerCertificates(r)); err != nil {
 		return nil, err
 	}
-	return v2.UpdateCancelResponse{Message: "Update successfully cancelled"}, nil
+	return v2.UpdateCancelResponse{Message: cancelMessage}, nil
 }

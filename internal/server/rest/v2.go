@@ -89,11 +89,7 @@ func (s *server) postRecover(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	msg := "Recovery successful."
-	if res.Remaining > 0 {
-		msg = fmt.Sprintf("Secret was processed successfully. Upload the next secret. Remaining secrets: %d", res.Remaining)
-	}
-	return v2.RecoverResponse{Remaining: res.Remaining, Message: msg}, nil
+	return v2.RecoverResponse{Remaining: res.Remaining, Message: recoverMessage(res)}, nil
 }
 
 func (s *server) getRecoveryKey(r *http.Request) (any, error) {
