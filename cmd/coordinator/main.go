@@ -36,6 +36,7 @@ func run(getenv func(string) string, args []string, stdout, stderr io.Writer) in
 		return exitConfig
 	}
 	log := newLogger(cfg, stderr)
+	startProfiler(log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

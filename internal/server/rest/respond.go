@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/quarry-cc/quarry/api/jsend"
 	v2 "github.com/quarry-cc/quarry/api/v2"
@@ -73,6 +74,11 @@ func dataOf(err error) any {
 	return nil
 }
 
+// encoded is response data already encoded as JSON; the renderer embeds it
+// as is. Handlers use it for large responses that do not change between
+// requests (see manifestCache).
+type encoded []byte
+
 // renderer writes every response of one API generation.
 type renderer struct {
 	log     *slog.Logger
@@ -86,6 +92,16 @@ type renderer struct {
 func (r renderer) write(w http.ResponseWriter, req *http.Request, data any, err error) {
 	status := http.StatusOK
 	var body any
+	if enc, ok := data.(encoded); ok && err == nil {
+		prefix := `{"status":"success","data":`
+		if r.v1 {
+			prefix = `{"Status":"success","Data":`
+		}
+		buf := make([]byte, 0, len(prefix)+len(enc)+2)
+		buf = append(append(append(buf, prefix...), enc...), '}')
+		r.send(w, status, buf)
+		return
+	}
 	if err == nil {
 		if r.v1 {
 			body = jsend.V1Response[any]{Status: jsend.StatusSuccess, Data: data}
@@ -120,10 +136,25 @@ func (r renderer) write(w http.ResponseWriter, req *http.Request, data any, err 
 		status = http.StatusInternalServerError
 		buf = []byte(`{"status":"error","data":null,"message":"internal error: response could not be encoded"}`)
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	w.Write(append(buf, '\n'))
+	r.send(w, status, buf)
 }
+
+// send writes a JSON body (a newline is appended) with its length, so that
+// the response is never chunked.
+func (r renderer) send(w http.ResponseWriter, status int, body []byte) {
+	body = append(body, '\n')
+	h := w.Header()
+	h["Content-Type"] = contentTypeJSON
+	h["X-Content-Type-Options"] = nosniff
+	h["Cache-Control"] = noStore
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// Header values shared by every response (never modified).
+var (
+	contentTypeJSON = []string{"application/json"}
+	nosniff         = []string{"nosniff"}
+	noStore         = []string{"no-store"}
+)

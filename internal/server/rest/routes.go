@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	v2 "github.com/quarry-cc/quarry/api/v2"
 	"github.com/quarry-cc/quarry/internal/core"
@@ -35,6 +36,7 @@ type Coordinator interface {
 	PendingUpdate(ctx context.Context) (core.PendingUpdate, error)
 	AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (core.UpdateResult, error)
 	CancelUpdate(ctx context.Context, peer []*x509.Certificate) error
+	SignQuote(ctx context.Context, quote []byte) (core.SignQuoteResult, error)
 }
 
 // Options configure the server.
@@ -65,7 +67,8 @@ type server struct {
 	opts Options
 	log  *slog.Logger
 
-	warned sync.Map // v1 paths whose deprecation was logged
+	warned        sync.Map // v1 paths whose deprecation was logged
+	manifestCache atomic.Pointer[manifestCache]
 }
 
 // deprecated logs, once per path and process, that a v1 path was used.
@@ -91,6 +94,7 @@ func (s *server) routes() []route {
 		{method: http.MethodGet, path: v2.PathUpdateManifest, handle: s.getPendingUpdate},
 		{method: http.MethodPost, path: v2.PathUpdateManifest, handle: s.postAcknowledge},
 		{method: http.MethodPost, path: v2.PathUpdateCancel, handle: s.postCancel},
+		{method: http.MethodPost, path: v2.PathSignQuote, handle: s.postSignQuote},
 	}
 }
 

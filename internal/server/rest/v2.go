@@ -2,6 +2,7 @@ package rest
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -21,11 +22,28 @@ func (s *server) getManifest(*http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v2.ManifestGetResponse{
+	key := m.Fingerprint + string(m.Signature)
+	if c := s.manifestCache.Load(); c != nil && c.key == key {
+		return c.body, nil
+	}
+	body, err := json.Marshal(v2.ManifestGetResponse{
 		ManifestSignatureRootECDSA: m.Signature,
 		ManifestFingerprint:        m.Fingerprint,
 		Manifest:                   m.Raw,
-	}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.manifestCache.Store(&manifestCache{key: key, body: body})
+	return encoded(body), nil
+}
+
+// manifestCache holds the encoded GET manifest answer for one manifest and
+// signature: the manifest changes rarely and is read often, and encoding it
+// (base64 inside JSON) was the largest cost of the request.
+type manifestCache struct {
+	key  string // fingerprint and signature
+	body encoded
 }
 
 func (s *server) postManifest(r *http.Request) (any, error) {
