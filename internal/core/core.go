@@ -41,6 +41,9 @@ type Options struct {
 	KeySealer seal.KeySealer
 	// Issuer produces quotes; attest.ErrUnsupported means simulation.
 	Issuer attest.Issuer
+	// QuoteVerifier verifies quotes for sign-quote; nil means no collateral
+	// source is configured (see signquote.go).
+	QuoteVerifier QuoteVerifier
 	// Logger receives operational messages (never secrets).
 	Logger *slog.Logger
 	// RecoveryTimeout is how long an incomplete recovery round lives after

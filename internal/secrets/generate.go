@@ -1,6 +1,7 @@
 package secrets
 
 import (
+	"cmp"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -105,6 +106,15 @@ func generateAll(rand io.Reader, jobs []string, defs map[string]manifest.Secret,
 	errs := make([]error, len(jobs))
 	workers := min(runtime.GOMAXPROCS(0), len(jobs))
 
+	// Workers take the most expensive jobs first (RSA key generation
+	// dominates), so that the slowest job never starts last. Indices and
+	// the first-error rule stay in name order.
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(cost(defs[jobs[b]]), cost(defs[jobs[a]])) })
+
 	var next atomic.Int64
 	var firstFailed atomic.Int64
 	firstFailed.Store(int64(len(jobs)))
@@ -112,10 +122,11 @@ func generateAll(rand io.Reader, jobs []string, defs map[string]manifest.Secret,
 	for range workers {
 		wg.Go(func() {
 			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(jobs) {
+				k := int(next.Add(1) - 1)
+				if k >= len(jobs) {
 					return
 				}
+				i := order[k]
 				if int64(i) > firstFailed.Load() {
 					continue
 				}
@@ -142,6 +153,20 @@ func generateAll(rand io.Reader, jobs []string, defs map[string]manifest.Secret,
 		}
 	}
 	return results, nil
+}
+
+// cost ranks how long generating a secret takes: RSA keys by far the
+// longest (growing with the size), then ECDSA, Ed25519, symmetric keys.
+func cost(def manifest.Secret) uint {
+	switch def.Type {
+	case manifest.SecretTypeCertRSA:
+		return 1_000_000 + def.Size
+	case manifest.SecretTypeCertECDSA:
+		return 1_000 + def.Size
+	case manifest.SecretTypeCertED25519:
+		return 500
+	}
+	return def.Size / 8
 }
 
 // generateOne makes the value of one shared secret (definition checked).

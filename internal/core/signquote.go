@@ -1,0 +1,84 @@
+package core
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+
+	"github.com/quarry-cc/quarry/internal/attest/collateral"
+	"github.com/quarry-cc/quarry/internal/attest/dcap"
+	"github.com/quarry-cc/quarry/manifest"
+)
+
+// QuoteVerifier verifies an SGX DCAP quote, raw or wrapped in an Open
+// Enclave header (dcap.Verifier). It returns the result whatever the TCB
+// status; an error means the quote is not verified.
+type QuoteVerifier interface {
+	Verify(ctx context.Context, quote []byte) (*dcap.Result, error)
+}
+
+var _ QuoteVerifier = (*dcap.Verifier)(nil)
+
+// Messages of sign-quote refusals, safe to show to the client.
+const (
+	msgSignQuoteDisabled = manifest.FeatureSignQuoteEndpoint + " feature is not enabled in the manifest"
+	msgNoCollateral      = "quote verification is not available: the Coordinator has no collateral source; " +
+		"its operator must start it with --collateral-file (QUARRY_COLLATERAL_FILE) or --pccs-url (QUARRY_PCCS_URL)"
+)
+
+// QuoteVerificationError means a quote submitted to sign-quote did not
+// verify. It is a client error (ErrInvalidRequest); Err says why.
+type QuoteVerificationError struct{ Err error }
+
+func (e *QuoteVerificationError) Error() string { return "quote verification failed: " + e.Err.Error() }
+
+// Unwrap returns the class and the cause.
+func (e *QuoteVerificationError) Unwrap() []error { return []error{ErrInvalidRequest, e.Err} }
+
+// SignQuoteResult is a verified quote's TCB status and the root key's
+// signature over it.
+type SignQuoteResult struct {
+	// TCBStatus is Intel's status string (UpToDate, SWHardeningNeeded, ...).
+	TCBStatus string
+	// Signature is the ASN.1 ECDSA signature of the root key over
+	// SHA-256(base64std(quote) ‖ TCBStatus).
+	Signature []byte
+}
+
+// SignQuote verifies an SGX quote (raw or OE-wrapped) and signs the result
+// with the root key (behaviour.md §8). It needs a manifest that enables the
+// SignQuoteEndpoint feature (else ErrForbidden) and a configured verifier
+// (else ErrForbidden, saying how to configure one). A quote that does not
+// verify, including one whose collateral has expired, gives a
+// *QuoteVerificationError; a TCB status other than UpToDate is not an
+// error, it is signed. The quote is not matched against the manifest's
+// packages. The signature covers the quote exactly as submitted.
+func (c *Core) SignQuote(ctx context.Context, quote []byte) (SignQuoteResult, error) {
+	s := c.snap.Load()
+	if !s.manifest.FeatureEnabled(manifest.FeatureSignQuoteEndpoint) {
+		return SignQuoteResult{}, classify(ErrForbidden, errors.New(msgSignQuoteDisabled))
+	}
+	if c.opts.QuoteVerifier == nil {
+		return SignQuoteResult{}, classify(ErrForbidden, errors.New(msgNoCollateral))
+	}
+	if len(quote) == 0 {
+		return SignQuoteResult{}, &QuoteVerificationError{Err: errors.New("the quote is empty")}
+	}
+	res, err := c.opts.QuoteVerifier.Verify(ctx, quote)
+	switch {
+	case err == nil:
+	case errors.Is(err, dcap.ErrCollateralUnavailable) && !errors.Is(err, collateral.ErrNotFound):
+		// The collateral source failed (PCCS unreachable, unreadable
+		// file): nothing is known about the quote; a service failure.
+		return SignQuoteResult{}, fmt.Errorf("sign-quote: %w", err)
+	default:
+		return SignQuoteResult{}, &QuoteVerificationError{Err: err}
+	}
+	status := res.Status.String()
+	sig, err := s.ca.SignRoot(c.opts.Rand, []byte(base64.StdEncoding.EncodeToString(quote)+status))
+	if err != nil {
+		return SignQuoteResult{}, fmt.Errorf("sign-quote: signing: %w", err)
+	}
+	return SignQuoteResult{TCBStatus: status, Signature: sig}, nil
+}
