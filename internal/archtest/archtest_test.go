@@ -1,0 +1,117 @@
+// Package archtest holds the dependency rules of design/architecture.md as
+// tests over `go list -deps`, so that a change breaking them fails CI.
+package archtest
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/quarry-cc/quarry"
+
+// deps returns every package pkg depends on (itself included).
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", module+"/"+pkg).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// packages returns the module's packages matching pattern.
+func packages(t *testing.T, pattern string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", module+"/"+pattern).Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", pattern, err)
+	}
+	var pkgs []string
+	for _, p := range strings.Fields(string(out)) {
+		pkgs = append(pkgs, strings.TrimPrefix(p, module+"/"))
+	}
+	return pkgs
+}
+
+// forbid fails if pkg depends on any package that has one of the prefixes.
+func forbid(t *testing.T, pkg string, prefixes ...string) {
+	t.Helper()
+	for _, d := range deps(t, pkg) {
+		for _, p := range prefixes {
+			if d == p || strings.HasPrefix(d, p+"/") {
+				t.Errorf("%s depends on %s (forbidden: %s)", pkg, d, p)
+			}
+		}
+	}
+}
+
+func TestLeavesHaveNoTransportOrLogger(t *testing.T) {
+	leaves := []string{"manifest", "internal/ca", "internal/seal", "internal/store/...", "internal/recovery",
+		"internal/updatelog", "internal/user", "internal/secrets", "internal/attest/...", "api/..."}
+	for _, pattern := range leaves {
+		for _, pkg := range packages(t, pattern) {
+			// The PCCS client is the attest leaf's one HTTP adapter, and the
+			// test helper serves a fake PCCS.
+			if pkg == "internal/attest/collateral/pccs" || pkg == "internal/attest/dcaptest" {
+				continue
+			}
+			forbid(t, pkg, "net/http", "log/slog", "google.golang.org/grpc")
+		}
+	}
+}
+
+func TestCoreReachesNoBackendsOrServers(t *testing.T) {
+	forbid(t, "internal/core", "net/http", module+"/internal/server", module+"/internal/app",
+		module+"/internal/store/filestore", module+"/internal/store/memstore", module+"/api", module+"/internal/config")
+}
+
+func TestServersDoNotNameBackends(t *testing.T) {
+	forbid(t, "internal/server/rest", module+"/internal/app", module+"/internal/store/filestore",
+		module+"/internal/store/memstore", module+"/internal/config")
+}
+
+func TestSDKDoesNotCompileTheServer(t *testing.T) {
+	for _, pkg := range []string{"client", "internal/cli"} {
+		forbid(t, pkg, module+"/internal/core", module+"/internal/server", module+"/internal/app",
+			module+"/internal/store", module+"/internal/config", module+"/internal/seal", module+"/internal/secrets")
+	}
+}
+
+// TestEnvironmentReadOnlyAtTheTop checks that no package below cmd/ reads
+// the environment, except the one entry point of the CLI.
+func TestEnvironmentReadOnlyAtTheTop(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := map[string]bool{"cmd/coordinator/main.go": true, "internal/cli/cli.go": true}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, call := range []string{"os.Getenv(", "os.LookupEnv(", "os.Environ("} {
+			if bytes.Contains(src, []byte(call)) && !allowed[filepath.ToSlash(rel)] {
+				t.Errorf("%s calls %s; configuration is read in cmd/ and internal/config only", rel, strings.TrimSuffix(call, "("))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
