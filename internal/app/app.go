@@ -1,6 +1,6 @@
 // Package app is the composition root: it builds the Coordinator from the
-// configuration with concrete backends (file store, simulation sealing and
-// attestation) and runs its servers.
+// configuration with concrete backends (file store, simulation sealing,
+// the attestation issuer and the DCAP quote verifier) and runs its servers.
 package app
 
 import (
@@ -15,7 +15,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/quarry-cc/quarry/internal/attest"
 	"github.com/quarry-cc/quarry/internal/ca"
 	"github.com/quarry-cc/quarry/internal/config"
 	"github.com/quarry-cc/quarry/internal/core"
@@ -69,14 +68,24 @@ func (a *App) init(ctx context.Context) error {
 		return err
 	}
 	dns, ips := a.cfg.SplitNames()
+	issuer, err := a.issuer()
+	if err != nil {
+		return err
+	}
+	verifier, err := a.quoteVerifier()
+	if err != nil {
+		return err
+	}
 	a.log.Warn("sealing in simulation mode: the data key is stored unprotected in sealed_key; do not use this for production secrets")
 	a.core, err = core.New(ctx, core.Options{
 		Names:     ca.Names{DNS: dns, IPs: ips},
 		Data:      data,
 		Key:       key,
 		KeySealer: seal.SimulationKeySealer{},
-		Issuer:    attest.SimulationIssuer{},
+		Issuer:    issuer,
 		Logger:    a.log,
+
+		QuoteVerifier: verifier,
 
 		RecoveryTimeout: a.cfg.RecoveryTimeout,
 	})

@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,6 +26,19 @@ const (
 	DefaultSealDirName      = "marblerun-coordinator-data"
 	DefaultMaxManifestBytes = 8 << 20
 	DefaultRecoveryTimeout  = 30 * time.Minute
+	DefaultGramineDir       = "/dev/attestation"
+)
+
+// Attestation modes: how the Coordinator obtains its quotes.
+const (
+	// AttestationSimulation: no quotes (quote null); clients must opt in to
+	// trusting the Coordinator.
+	AttestationSimulation = "simulation"
+	// AttestationGramine: quotes from Gramine's /dev/attestation files.
+	AttestationGramine = "gramine"
+	// AttestationAuto: Gramine if its attestation type is dcap, else
+	// simulation.
+	AttestationAuto = "auto"
 )
 
 // ErrHelp is returned by Load when help was requested; the usage text has
@@ -56,6 +71,26 @@ type Config struct {
 	// RecoveryTimeout is how long uploaded recovery shares wait for the
 	// rest of their round (0: no expiry).
 	RecoveryTimeout time.Duration
+
+	// Attestation is AttestationSimulation, AttestationGramine or
+	// AttestationAuto. OE_SIMULATION=1 turns auto into simulation.
+	Attestation string
+	// OESimulation records that OE_SIMULATION=1 was set.
+	OESimulation bool
+	// GramineDir is Gramine's attestation directory (attestation_type,
+	// user_report_data, quote).
+	GramineDir string
+	// CollateralFile is a DCAP collateral source: a JSON file in dcap-qvl's
+	// QuoteCollateralV3 shape, or a directory of PCS/PCCS responses. Empty
+	// means none.
+	CollateralFile string
+	// PCCSURL is a DCAP collateral source: the base URL of a PCCS or of
+	// Intel's PCS (API v4). Empty means none.
+	PCCSURL string
+	// SGXRootCA is a PEM file whose certificate replaces the pinned Intel
+	// SGX Root CA in quote verification (tests, private PKIs). Empty means
+	// the pinned Intel root.
+	SGXRootCA string
 }
 
 // Load reads the configuration: defaults, then the environment (through
@@ -79,6 +114,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		c                          Config
 		dnsNames, errLevel, maxMan string
 		debug, dev, recTimeout     string
+		oeSimulation               = getenv("OE_SIMULATION")
 	)
 	fs.StringVar(&c.ClientAddr, "client-addr", env("EDG_COORDINATOR_CLIENT_ADDR", DefaultClientAddr),
 		"listen address of the Client API (HTTPS) [EDG_COORDINATOR_CLIENT_ADDR]")
@@ -102,6 +138,16 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"largest accepted body of a manifest or update request, in bytes [QUARRY_MAX_MANIFEST_SIZE]")
 	fs.StringVar(&recTimeout, "recovery-timeout", env("QUARRY_RECOVERY_TIMEOUT", DefaultRecoveryTimeout.String()),
 		"how long uploaded recovery shares wait for the rest of their round, e.g. 30m; 0 disables expiry [QUARRY_RECOVERY_TIMEOUT]")
+	fs.StringVar(&c.Attestation, "attestation", env("QUARRY_ATTESTATION", AttestationSimulation),
+		"how the Coordinator obtains its quotes: simulation (none: quote null), gramine (/dev/attestation), or auto (gramine when its attestation type is dcap, else simulation); OE_SIMULATION=1 means simulation [QUARRY_ATTESTATION]")
+	fs.StringVar(&c.GramineDir, "gramine-dir", env("QUARRY_GRAMINE_ATTESTATION_DIR", DefaultGramineDir),
+		"Gramine's attestation directory [QUARRY_GRAMINE_ATTESTATION_DIR]")
+	fs.StringVar(&c.CollateralFile, "collateral-file", env("QUARRY_COLLATERAL_FILE", ""),
+		"DCAP collateral for quote verification (sign-quote): a JSON file (dcap-qvl QuoteCollateralV3 shape) or a directory of PCS/PCCS responses [QUARRY_COLLATERAL_FILE]")
+	fs.StringVar(&c.PCCSURL, "pccs-url", env("QUARRY_PCCS_URL", ""),
+		"DCAP collateral for quote verification (sign-quote) from a PCCS or Intel PCS, e.g. https://pccs.example:8081/sgx/certification/v4/; empty: none [QUARRY_PCCS_URL]")
+	fs.StringVar(&c.SGXRootCA, "sgx-root-ca", env("QUARRY_SGX_ROOT_CA", ""),
+		"PEM file with a root CA that replaces the pinned Intel SGX Root CA in quote verification (tests, private PKIs) [QUARRY_SGX_ROOT_CA]")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: coordinator [flags]\n\n"+
 			"Runs the Quarry Coordinator. Every flag can also be set by the environment\n"+
@@ -135,6 +181,13 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		errs = append(errs, fmt.Errorf("recovery-timeout [QUARRY_RECOVERY_TIMEOUT]: %q is not a duration such as 30m or 0", recTimeout))
 	} else {
 		c.RecoveryTimeout = d
+	}
+	if c.OESimulation, err = parseBool("OE_SIMULATION", "OE_SIMULATION", oeSimulation); err != nil {
+		errs = append(errs, errors.New(`OE_SIMULATION: `+strconv.Quote(oeSimulation)+` is not 1 or 0`))
+	}
+	c.Attestation = strings.ToLower(strings.TrimSpace(c.Attestation))
+	if c.OESimulation && c.Attestation == AttestationAuto {
+		c.Attestation = AttestationSimulation
 	}
 	for _, n := range strings.Split(dnsNames, ",") {
 		c.DNSNames = append(c.DNSNames, strings.TrimSpace(n))
@@ -170,7 +223,47 @@ func (c Config) Validate() error {
 	if c.SealDir == "" {
 		errs = append(errs, errors.New("seal-dir [EDG_COORDINATOR_SEAL_DIR]: must not be empty"))
 	}
+	errs = append(errs, c.validateAttestation()...)
 	return errors.Join(errs...)
+}
+
+// validateAttestation checks the attestation and quote-verification
+// settings; the files named must exist.
+func (c Config) validateAttestation() []error {
+	var errs []error
+	switch c.Attestation {
+	case AttestationSimulation, AttestationAuto:
+	case AttestationGramine:
+		if c.OESimulation {
+			errs = append(errs, errors.New("attestation [QUARRY_ATTESTATION]: gramine contradicts OE_SIMULATION=1; unset one of them"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("attestation [QUARRY_ATTESTATION]: %q is not one of simulation, gramine, auto", c.Attestation))
+	}
+	if c.Attestation != AttestationSimulation && c.GramineDir == "" {
+		errs = append(errs, errors.New("gramine-dir [QUARRY_GRAMINE_ATTESTATION_DIR]: must not be empty"))
+	}
+	if c.CollateralFile != "" && c.PCCSURL != "" {
+		errs = append(errs, errors.New("collateral-file [QUARRY_COLLATERAL_FILE] and pccs-url [QUARRY_PCCS_URL] exclude each other: choose one collateral source"))
+	}
+	if c.CollateralFile != "" {
+		if _, err := os.Stat(c.CollateralFile); err != nil {
+			errs = append(errs, fmt.Errorf("collateral-file [QUARRY_COLLATERAL_FILE]: %w", err))
+		}
+	}
+	if c.PCCSURL != "" {
+		if u, err := url.Parse(c.PCCSURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			errs = append(errs, fmt.Errorf("pccs-url [QUARRY_PCCS_URL]: %q is not an http(s) base URL such as https://pccs.example:8081/sgx/certification/v4/", c.PCCSURL))
+		}
+	}
+	if c.SGXRootCA != "" {
+		if info, err := os.Stat(c.SGXRootCA); err != nil {
+			errs = append(errs, fmt.Errorf("sgx-root-ca [QUARRY_SGX_ROOT_CA]: %w", err))
+		} else if info.IsDir() {
+			errs = append(errs, fmt.Errorf("sgx-root-ca [QUARRY_SGX_ROOT_CA]: %s is a directory, not a PEM file", c.SGXRootCA))
+		}
+	}
+	return errs
 }
 
 // SplitNames splits DNSNames into DNS names and IP addresses.

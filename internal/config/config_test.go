@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -28,6 +29,8 @@ func TestDefaults(t *testing.T) {
 		HTTPErrorLogLevel: slog.LevelError,
 		MaxManifestBytes:  8 << 20,
 		RecoveryTimeout:   30 * time.Minute,
+		Attestation:       "simulation",
+		GramineDir:        "/dev/attestation",
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
@@ -80,6 +83,16 @@ func TestInvalid(t *testing.T) {
 		{"bad level", map[string]string{"EDG_HTTP_ERROR_LOG_LEVEL": "loud"}, nil, "http-error-log-level"},
 		{"bad timeout", map[string]string{"QUARRY_RECOVERY_TIMEOUT": "soon"}, nil, "recovery-timeout"},
 		{"bad size", nil, []string{"--max-manifest-size", "12"}, "max-manifest-size"},
+		{"bad attestation", map[string]string{"QUARRY_ATTESTATION": "sgx"}, nil, `attestation [QUARRY_ATTESTATION]: "sgx" is not one of`},
+		{"gramine with OE_SIMULATION", map[string]string{"OE_SIMULATION": "1"}, []string{"--attestation", "gramine"}, "contradicts OE_SIMULATION=1"},
+		{"bad OE_SIMULATION", map[string]string{"OE_SIMULATION": "yes"}, nil, "OE_SIMULATION"},
+		{"empty gramine dir", nil, []string{"--attestation", "auto", "--gramine-dir", ""}, "gramine-dir [QUARRY_GRAMINE_ATTESTATION_DIR]"},
+		{"missing collateral file", map[string]string{"QUARRY_COLLATERAL_FILE": "/nonexistent/collateral.json"}, nil, "collateral-file [QUARRY_COLLATERAL_FILE]"},
+		{"two collateral sources", nil, []string{"--collateral-file", ".", "--pccs-url", "https://pccs.example/sgx/certification/v4/"}, "exclude each other"},
+		{"bad pccs url", map[string]string{"QUARRY_PCCS_URL": "pccs.example"}, nil, "pccs-url [QUARRY_PCCS_URL]"},
+		{"pccs url with query", nil, []string{"--pccs-url", "https://pccs.example/?x=1"}, "pccs-url"},
+		{"missing root", nil, []string{"--sgx-root-ca", "/nonexistent/root.pem"}, "sgx-root-ca [QUARRY_SGX_ROOT_CA]"},
+		{"root is a directory", nil, []string{"--sgx-root-ca", "."}, "is a directory"},
 		{"unknown flag", nil, []string{"--nope"}, "flag provided but not defined"},
 		{"argument", nil, []string{"extra"}, "unexpected argument"},
 	} {
@@ -92,6 +105,54 @@ func TestInvalid(t *testing.T) {
 	}
 }
 
+func TestAttestationSettings(t *testing.T) {
+	dir := t.TempDir()
+	col := filepath.Join(dir, "collateral.json")
+	root := filepath.Join(dir, "root.pem")
+	for _, f := range []string{col, root} {
+		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want func(Config) bool
+	}{
+		{"environment", map[string]string{
+			"QUARRY_ATTESTATION":             "Gramine",
+			"QUARRY_GRAMINE_ATTESTATION_DIR": "/fake/attestation",
+			"QUARRY_COLLATERAL_FILE":         col,
+			"QUARRY_SGX_ROOT_CA":             root,
+		}, nil, func(c Config) bool {
+			return c.Attestation == "gramine" && c.GramineDir == "/fake/attestation" && c.CollateralFile == col && c.SGXRootCA == root && c.PCCSURL == ""
+		}},
+		{"flags win", map[string]string{"QUARRY_ATTESTATION": "gramine", "QUARRY_COLLATERAL_FILE": col},
+			[]string{"--attestation", "auto", "--collateral-file", "", "--pccs-url", "https://pccs.example:8081/sgx/certification/v4/"},
+			func(c Config) bool {
+				return c.Attestation == "auto" && c.CollateralFile == "" && c.PCCSURL == "https://pccs.example:8081/sgx/certification/v4/"
+			}},
+		{"collateral directory", nil, []string{"--collateral-file", dir}, func(c Config) bool { return c.CollateralFile == dir }},
+		{"OE_SIMULATION turns auto into simulation", map[string]string{"OE_SIMULATION": "1", "QUARRY_ATTESTATION": "auto"}, nil,
+			func(c Config) bool { return c.Attestation == "simulation" && c.OESimulation }},
+		{"OE_SIMULATION=0", map[string]string{"OE_SIMULATION": "0", "QUARRY_ATTESTATION": "auto"}, nil,
+			func(c Config) bool { return c.Attestation == "auto" && !c.OESimulation }},
+		{"simulation with OE_SIMULATION", map[string]string{"OE_SIMULATION": "1"}, nil,
+			func(c Config) bool { return c.Attestation == "simulation" && c.OESimulation }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(envOf(tc.env), tc.args, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.want(c) {
+				t.Fatalf("config = %+v", c)
+			}
+		})
+	}
+}
+
 func TestHelp(t *testing.T) {
 	var out bytes.Buffer
 	_, err := Load(envOf(nil), []string{"--help"}, &out)
@@ -99,7 +160,9 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("err = %v, want ErrHelp", err)
 	}
 	for _, want := range []string{"EDG_COORDINATOR_CLIENT_ADDR", "EDG_COORDINATOR_MESH_ADDR", "EDG_COORDINATOR_DNS_NAMES",
-		"EDG_COORDINATOR_SEAL_DIR", "EDG_DEBUG_LOGGING", "EDG_STARTUP_MANIFEST", "-client-addr", "-seal-dir"} {
+		"EDG_COORDINATOR_SEAL_DIR", "EDG_DEBUG_LOGGING", "EDG_STARTUP_MANIFEST", "-client-addr", "-seal-dir",
+		"QUARRY_ATTESTATION", "QUARRY_GRAMINE_ATTESTATION_DIR", "QUARRY_COLLATERAL_FILE", "QUARRY_PCCS_URL", "QUARRY_SGX_ROOT_CA",
+		"-collateral-file", "-pccs-url", "-sgx-root-ca", "-attestation", "-gramine-dir"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %s", want)
 		}
