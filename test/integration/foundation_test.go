@@ -490,3 +490,43 @@ func TestCommandLine(t *testing.T) {
 		}
 	}
 }
+
+func TestStartupManifest(t *testing.T) {
+	dir := t.TempDir()
+	raw := newFixture(t).bytes(t)
+	path := filepath.Join(dir, "manifest.json")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startCoordinator(t, "", "EDG_STARTUP_MANIFEST="+path)
+	hc := c.client(nil, nil)
+	expectState(t, c, hc, 3, msgRunning)
+	_, root := getChain(t, c, hc)
+	checkManifest(t, c, c.client(root, nil), root, raw)
+	// A restart with saved state uses the saved state (D10) and says
+	// whether the startup manifest matches it.
+	c.restart()
+	expectState(t, c, hc, 3, msgRunning)
+	if !strings.Contains(c.Logs(), `"matchesSavedManifest":true`) {
+		t.Errorf("restart log does not compare the startup manifest:\n%s", c.Logs())
+	}
+	// A different startup manifest does not replace the saved state.
+	if err := os.WriteFile(path, newFixture(t).bytes(t), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.restart()
+	checkManifest(t, c, c.client(root, nil), root, raw)
+	if !strings.Contains(c.Logs(), `"matchesSavedManifest":false`) {
+		t.Errorf("restart log does not report the mismatch:\n%s", c.Logs())
+	}
+	// An invalid startup manifest on a fresh start stops the Coordinator.
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"Packages":{}}`), 0o600)
+	cmd := exec.Command(coordinatorBin)
+	cmd.Env = []string{"EDG_COORDINATOR_CLIENT_ADDR=127.0.0.1:0", "EDG_COORDINATOR_MESH_ADDR=127.0.0.1:0",
+		"EDG_COORDINATOR_SEAL_DIR=" + t.TempDir(), "EDG_STARTUP_MANIFEST=" + bad}
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "no allowed packages defined") {
+		t.Fatalf("invalid startup manifest: %v\n%s", err, out)
+	}
+}
