@@ -7,7 +7,6 @@ package core
 import (
 	"context"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -407,15 +406,9 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 	if _, err := io.ReadFull(c.opts.Rand, rootSecret); err != nil {
 		return nil, err
 	}
-	keys := make(map[string]*rsa.PublicKey, len(m.RecoveryKeys))
-	for name, text := range m.RecoveryKeys {
-		if keys[name], err = recovery.ParsePublicKeyPEM(text); err != nil {
-			return nil, classify(ErrInvalidRequest, fmt.Errorf("recovery key %s: %w", name, err))
-		}
-	}
-	dek, recoverySecrets, pub, err := recovery.Generate(c.opts.Rand, keys, m.Config.RecoveryThreshold)
+	dek, recoverySecrets, pub, err := newRecoverySecrets(c.opts.Rand, m)
 	if err != nil {
-		return nil, classify(ErrInvalidRequest, fmt.Errorf("generating recovery secrets: %w", err))
+		return nil, err
 	}
 	header := sealHeader{Format: stateFormat, Recovery: pub}
 	users, err := user.FromManifest(m)

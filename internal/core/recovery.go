@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -56,6 +57,22 @@ func (r *recoveryRound) stop() {
 	r.ephMu.Lock()
 	r.eph = nil
 	r.ephMu.Unlock()
+}
+
+// newRecoverySecrets makes a new data key and the recovery secrets for m's
+// recovery keys (behaviour.md §6.1).
+func newRecoverySecrets(rand io.Reader, m *manifest.Manifest) (dek []byte, secrets map[string][]byte, pub recovery.Public, err error) {
+	keys := make(map[string]*rsa.PublicKey, len(m.RecoveryKeys))
+	for name, text := range m.RecoveryKeys {
+		if keys[name], err = recovery.ParsePublicKeyPEM(text); err != nil {
+			return nil, nil, recovery.Public{}, classify(ErrInvalidRequest, fmt.Errorf("recovery key %s: %w", name, err))
+		}
+	}
+	dek, secrets, pub, err = recovery.Generate(rand, keys, m.Config.RecoveryThreshold)
+	if err != nil {
+		return nil, nil, recovery.Public{}, classify(ErrInvalidRequest, fmt.Errorf("generating recovery secrets: %w", err))
+	}
+	return dek, secrets, pub, nil
 }
 
 // decodeHeader reads the public header of a sealed blob.

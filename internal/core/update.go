@@ -3,7 +3,6 @@ package core
 import (
 	"bytes"
 	"context"
-	"crypto/rsa"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/ca"
-	"github.com/quarry-cc/quarry/internal/recovery"
 	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/updatelog"
 	"github.com/quarry-cc/quarry/internal/user"
@@ -336,15 +334,9 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 	newKey := false
 	prevDEK := c.dek
 	if manifest.RecoveryKeysChanged(s.manifest, m) {
-		keys := make(map[string]*rsa.PublicKey, len(m.RecoveryKeys))
-		for name, text := range m.RecoveryKeys {
-			if keys[name], err = recovery.ParsePublicKeyPEM(text); err != nil {
-				return UpdateResult{}, classify(ErrInvalidRequest, fmt.Errorf("recovery key %s: %w", name, err))
-			}
-		}
-		dek, enc, pub, err := recovery.Generate(c.opts.Rand, keys, m.Config.RecoveryThreshold)
+		dek, enc, pub, err := newRecoverySecrets(c.opts.Rand, m)
 		if err != nil {
-			return UpdateResult{}, classify(ErrInvalidRequest, fmt.Errorf("generating recovery secrets: %w", err))
+			return UpdateResult{}, err
 		}
 		header = sealHeader{Format: stateFormat, Recovery: pub}
 		c.dek, newKey, res.RecoverySecrets = dek, true, enc
