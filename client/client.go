@@ -21,6 +21,20 @@
 // error: a *Error for answers of the Coordinator other than success, a
 // transport error otherwise. Errors of the Coordinator match the sentinels
 // (ErrNotFound, ErrConflict, ...) with errors.Is.
+//
+// DCAPVerifier verifies the Coordinator's SGX quote in pure Go against
+// expected properties (EraConfig, MarbleRun's era config shape) and Intel's
+// collateral from a file or a PCCS:
+//
+//	era, err := client.ReadEraConfig("coordinator-era.json")
+//	v, err := client.NewDCAPVerifier(client.DCAPOptions{Expected: era, PCCSURL: pccsURL})
+//	att, err := client.VerifyCoordinator(ctx, "coordinator:4433", client.VerifyOptions{Verifier: v})
+//
+// Dependencies: the SDK imports only the wire contract (api/...), the
+// manifest model and, as the one exception, the pure leaf packages of quote
+// verification under internal/attest (sgxquote, pck, dcap, collateral,
+// collateral/pccs, policy, tcbstatus). Those import neither the server nor
+// a logger, so SDK users never compile the Coordinator.
 package client
 
 import (
