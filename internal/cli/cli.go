@@ -95,6 +95,14 @@ type app struct {
 	keyFile     string
 	output      string
 	timeout     time.Duration
+
+	// Attestation of the Coordinator (when neither --root nor --insecure).
+	eraConfig          string
+	acceptedTCB        []string
+	acceptedAdvisories []string
+	collateralFile     string
+	pccsURL            string
+	sgxRootCA          string
 }
 
 // jsonOutput reports whether --output json was given.
@@ -110,11 +118,14 @@ upload secrets, update the manifest with several users, and recover a
 Coordinator whose sealed state cannot be unsealed.
 
 Trust: every command that talks to the Coordinator needs one of
-  --root FILE   a root certificate you trust (e.g. saved with 'quarry certificate root'
-                after verifying the Coordinator); the Coordinator must present exactly it;
-  --insecure    trust a Coordinator in simulation mode, which has no quote.
-Without either, quarry verifies the Coordinator's quote; this build has no SGX quote
-verifier yet, so use --root or --insecure.
+  --root FILE        a root certificate you trust (e.g. saved with 'quarry certificate root'
+                     after verifying the Coordinator); the Coordinator must present exactly it;
+  --era-config FILE  verify the Coordinator's SGX quote (pure-Go DCAP verification) against
+                     the expected enclave properties in FILE (MarbleRun's era config: UniqueID,
+                     or SignerID with ProductID and SecurityVersion; Debug; AcceptedTCBStatuses;
+                     AcceptedAdvisories), with Intel's collateral from --collateral-file or
+                     --pccs-url; the quote must be bound to the root and a fresh nonce;
+  --insecure         trust a Coordinator in simulation mode, which has no quote.
 
 Manifests may be JSON or YAML. YAML is converted once to compact JSON (duplicate
 keys are an error); those JSON bytes are what is uploaded and fingerprinted.
@@ -131,6 +142,12 @@ keys are an error); those JSON bytes are what is uploaded and fingerprinted.
 	pf.StringVar(&a.keyFile, "key", "", "PEM file with the private key of --cert")
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	pf.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit for the whole command (0: none)")
+	pf.StringVar(&a.eraConfig, "era-config", "", "JSON file with the expected properties of the Coordinator's enclave (MarbleRun era config); verifies its SGX quote")
+	pf.StringSliceVar(&a.acceptedTCB, "accepted-tcb-statuses", nil, "TCB statuses accepted besides UpToDate (default: the era config's, else SWHardeningNeeded)")
+	pf.StringSliceVar(&a.acceptedAdvisories, "accepted-advisories", nil, "Intel security advisories accepted with SWHardeningNeeded (default: the era config's, else all)")
+	pf.StringVar(&a.collateralFile, "collateral-file", "", "DCAP collateral for quote verification: a JSON file (dcap-qvl QuoteCollateralV3 shape) or a directory of PCS/PCCS responses")
+	pf.StringVar(&a.pccsURL, "pccs-url", "", "DCAP collateral for quote verification from a PCCS or Intel PCS, e.g. https://pccs.example:8081/sgx/certification/v4/")
+	pf.StringVar(&a.sgxRootCA, "sgx-root-ca", "", "PEM file with a root CA that replaces the pinned Intel SGX Root CA (tests and private PKIs only)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageError{err}
 	})
@@ -291,7 +308,11 @@ func hintFor(err error) string {
 	case errors.Is(err, client.ErrNoQuote):
 		return "the Coordinator runs in simulation mode; pass --insecure to trust it without attestation, or --root with a root certificate you trust"
 	case errors.Is(err, client.ErrNoQuoteVerifier):
-		return "this build of quarry cannot verify SGX quotes yet; pass --root with a root certificate you have verified another way"
+		return "the Coordinator sends an SGX quote: pass --era-config with the expected properties of its enclave and --collateral-file or --pccs-url to verify it, or --root with a root certificate you trust"
+	case errors.Is(err, client.ErrTCBNotAccepted):
+		return "to accept the platform's TCB status or advisories anyway, list them with --accepted-tcb-statuses / --accepted-advisories (or AcceptedTCBStatuses / AcceptedAdvisories in the era config)"
+	case errors.Is(err, client.ErrEnclaveMismatch):
+		return "the Coordinator is not the enclave the era config describes; check that the era config matches the Coordinator's version"
 	case errors.Is(err, client.ErrRootMismatch):
 		return "if the Coordinator is in recovery mode, it serves a temporary root until it is recovered: run the recovery without --root"
 	case client.IsUnauthorized(err):

@@ -34,6 +34,10 @@ func (a *app) connect(ctx context.Context, n needs) (*session, error) {
 	if a.rootFile != "" && a.insecure {
 		return nil, usagef("--root and --insecure exclude each other")
 	}
+	verifier, err := a.quoteVerifier()
+	if err != nil {
+		return nil, err
+	}
 	if (a.certFile == "") != (a.keyFile == "") {
 		return nil, usagef("--cert and --key must be given together")
 	}
@@ -60,7 +64,7 @@ func (a *app) connect(ctx context.Context, n needs) (*session, error) {
 		}
 		s.root = root
 	} else {
-		att, err := client.VerifyCoordinator(ctx, a.coordinator, client.VerifyOptions{InsecureSkipVerify: a.insecure})
+		att, err := client.VerifyCoordinator(ctx, a.coordinator, client.VerifyOptions{Verifier: verifier, InsecureSkipVerify: a.insecure})
 		if err != nil {
 			return nil, fmt.Errorf("verifying the Coordinator: %w", err)
 		}
@@ -92,4 +96,58 @@ func (s *session) chain(ctx context.Context) (intermediate, root *x509.Certifica
 		return nil, nil, nil, fmt.Errorf("%w: the Coordinator's chain has another root than the trusted one", client.ErrVerification)
 	}
 	return inter, root, []byte(q.Cert), nil
+}
+
+// quoteVerifier builds the SGX quote verifier from the attestation flags;
+// nil when --era-config is not given.
+func (a *app) quoteVerifier() (client.QuoteVerifier, error) {
+	if a.eraConfig == "" {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{"--accepted-tcb-statuses", a.acceptedTCB != nil}, {"--accepted-advisories", a.acceptedAdvisories != nil},
+			{"--collateral-file", a.collateralFile != ""}, {"--pccs-url", a.pccsURL != ""}, {"--sgx-root-ca", a.sgxRootCA != ""},
+		} {
+			if f.set {
+				return nil, usagef("%s configures quote verification: it needs --era-config with the expected properties of the Coordinator's enclave", f.name)
+			}
+		}
+		return nil, nil
+	}
+	switch {
+	case a.rootFile != "":
+		return nil, usagef("--root and --era-config exclude each other: trust a pinned root, or verify the Coordinator's quote")
+	case a.insecure:
+		return nil, usagef("--insecure and --era-config exclude each other: skip verification, or verify the Coordinator's quote")
+	case a.collateralFile == "" && a.pccsURL == "":
+		return nil, usagef("--era-config: verifying the quote needs Intel's collateral: pass --collateral-file or --pccs-url")
+	case a.collateralFile != "" && a.pccsURL != "":
+		return nil, usagef("--collateral-file and --pccs-url exclude each other")
+	}
+	era, err := client.ReadEraConfig(a.eraConfig)
+	if err != nil {
+		return nil, usagef("--era-config: %w", err)
+	}
+	if a.acceptedTCB != nil {
+		era.AcceptedTCBStatuses = a.acceptedTCB
+	}
+	if a.acceptedAdvisories != nil {
+		era.AcceptedAdvisories = a.acceptedAdvisories
+	}
+	o := client.DCAPOptions{Expected: era, CollateralFile: a.collateralFile, PCCSURL: a.pccsURL}
+	if a.sgxRootCA != "" {
+		pemText, err := readFile(a.sgxRootCA)
+		if err != nil {
+			return nil, err
+		}
+		if o.RootCA, err = client.ParseRootPEM(pemText); err != nil {
+			return nil, usagef("--sgx-root-ca %s: %w", a.sgxRootCA, err)
+		}
+	}
+	v, err := client.NewDCAPVerifier(o)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return v, nil
 }

@@ -162,6 +162,12 @@ func (c *coordinator) start(ts *testscript.TestScript, sealDir string) {
 		"EDG_COORDINATOR_MESH_ADDR=127.0.0.1:0",
 		"EDG_COORDINATOR_SEAL_DIR=" + sealDir,
 	}
+	// Attestation settings of the script (attest_test.go) reach the coordinator.
+	for _, name := range coordinatorAttestEnv {
+		if v := ts.Getenv(name); v != "" {
+			cmd.Env = append(cmd.Env, name+"="+v)
+		}
+	}
 	stderr, err := cmd.StderrPipe()
 	ts.Check(err)
 	ts.Check(cmd.Start())
