@@ -1,0 +1,440 @@
+// Package loadgen drives a Quarry (or MarbleRun) Coordinator's Client API
+// with concurrent keep-alive HTTPS clients and measures throughput, latency,
+// errors, the wall time of setting a manifest and the Coordinator's resident
+// memory. cmd/quarry-bench is its command line.
+package loadgen
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	v2 "github.com/quarry-cc/quarry/api/v2"
+)
+
+// Scenario names.
+const (
+	ScenarioStatus      = "status"
+	ScenarioManifest    = "manifest"
+	ScenarioQuote       = "quote"
+	ScenarioSecrets     = "secrets"
+	ScenarioSetManifest = "set-manifest"
+)
+
+// Scenarios lists every scenario in the order they run.
+var Scenarios = []string{ScenarioStatus, ScenarioManifest, ScenarioQuote, ScenarioSecrets, ScenarioSetManifest}
+
+// Options configure a benchmark. Exactly one of CoordinatorBin (start
+// Coordinators) and Addr (use a running one) is set.
+type Options struct {
+	CoordinatorBin string
+	Addr           string
+
+	// For Addr: Insecure skips server verification, else CACert (a PEM
+	// file) is the trusted root. CertFile and KeyFile are the client
+	// certificate of the secrets scenario. A started Coordinator is a
+	// process of ours on loopback and is not verified.
+	Insecure          bool
+	CACert            string
+	CertFile, KeyFile string
+	// Secret is the secret the secrets scenario reads; with a started
+	// Coordinator it defaults to one the generated manifest lets the
+	// user read.
+	Secret string
+
+	Scenarios   []string // nil: all
+	Connections int
+	Duration    time.Duration
+	Warmup      time.Duration
+	Timeout     time.Duration // response headers, per request
+	HTTP2       bool
+
+	ManifestKB float64 // size of the generated manifest
+	Secrets    int     // its shared secrets
+	Mix        Mix
+	Runs       int // set-manifest runs, each on a fresh Coordinator
+
+	// StartTimeout bounds the wait for a started Coordinator to listen.
+	StartTimeout time.Duration
+	// Progress receives a line per step; nil discards them.
+	Progress io.Writer
+}
+
+// DefaultOptions returns the command's defaults (no Coordinator chosen).
+func DefaultOptions() Options {
+	return Options{
+		Connections:  32,
+		Duration:     10 * time.Second,
+		Warmup:       time.Second,
+		Timeout:      10 * time.Second,
+		ManifestKB:   12.5,
+		Secrets:      50,
+		Mix:          DefaultMix,
+		Runs:         5,
+		StartTimeout: 30 * time.Second,
+	}
+}
+
+// check validates o and returns the selected scenarios in run order.
+func (o *Options) check() ([]string, error) {
+	var errs []error
+	switch {
+	case o.Addr == "" && o.CoordinatorBin == "":
+		errs = append(errs, errors.New("-coordinator-bin is required unless -addr is given"))
+	case o.Addr != "" && o.CoordinatorBin != "":
+		errs = append(errs, errors.New("-coordinator-bin and -addr exclude each other"))
+	case o.Addr != "" && !o.Insecure && o.CACert == "":
+		errs = append(errs, errors.New("-addr needs -insecure or -cacert: a Coordinator's certificate is its own, not from a public CA"))
+	}
+	if o.Addr == "" && (o.Insecure || o.CACert != "" || o.CertFile != "" || o.KeyFile != "") {
+		errs = append(errs, errors.New("-insecure, -cacert, -cert and -key only apply with -addr (a started Coordinator gets a generated user)"))
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		errs = append(errs, errors.New("-cert and -key go together"))
+	}
+	if o.Connections < 1 {
+		errs = append(errs, errors.New("-c must be at least 1"))
+	}
+	if o.Duration <= 0 || o.Warmup < 0 || o.Timeout < 0 {
+		errs = append(errs, errors.New("-d must be positive, -warmup and -timeout not negative"))
+	}
+	if o.Runs < 1 {
+		errs = append(errs, errors.New("-runs must be at least 1"))
+	}
+	if o.Secrets < 0 || o.ManifestKB < 0 || o.ManifestKB > 1<<20 {
+		errs = append(errs, errors.New("-secrets and -manifest-kb must not be negative (and -manifest-kb at most 1 GiB)"))
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 30 * time.Second
+	}
+	selected := Scenarios
+	if o.Scenarios != nil {
+		selected = nil
+		for _, s := range o.Scenarios {
+			if !slices.Contains(Scenarios, s) {
+				errs = append(errs, fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(Scenarios, ", ")))
+			}
+		}
+		for _, s := range Scenarios {
+			if slices.Contains(o.Scenarios, s) {
+				selected = append(selected, s)
+			}
+		}
+		if len(selected) == 0 && len(errs) == 0 {
+			errs = append(errs, errors.New("no scenario selected"))
+		}
+	}
+	return selected, errors.Join(errs...)
+}
+
+// ErrUsage wraps errors in the options.
+var ErrUsage = errors.New("usage")
+
+// Bench runs the selected scenarios and returns the report. An error means
+// the benchmark could not be carried out (bad options, a Coordinator that
+// does not start or rejects the manifest); errors of the measured requests
+// are in the report.
+func Bench(ctx context.Context, o Options) (*Report, error) {
+	selected, err := o.check()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	b := &bench{o: o, rep: &Report{
+		Settings: Settings{
+			Connections:     o.Connections,
+			DurationSeconds: o.Duration.Seconds(),
+			WarmupSeconds:   o.Warmup.Seconds(),
+			Protocol:        "HTTP/1.1",
+			Runs:            o.Runs,
+			Machine:         machine(),
+		},
+	}}
+	if o.HTTP2 {
+		b.rep.Settings.Protocol = "HTTP/2"
+	}
+	if o.Addr != "" {
+		err = b.remote(ctx, selected)
+	} else {
+		err = b.started(ctx, selected)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return b.rep, nil
+}
+
+type bench struct {
+	o   Options
+	rep *Report
+}
+
+func (b *bench) progress(format string, args ...any) {
+	fmt.Fprintf(b.o.Progress, "quarry-bench: "+format+"\n", args...)
+}
+
+// skip reports a scenario that cannot run, and why.
+func (b *bench) skip(name, why string) {
+	b.progress("%s: skipped: %s", name, why)
+	b.rep.Scenarios = append(b.rep.Scenarios, ScenarioResult{Name: name, Skipped: why})
+}
+
+// remote runs the read scenarios against o.Addr.
+func (b *bench) remote(ctx context.Context, selected []string) error {
+	o := b.o
+	b.rep.Target = Target{Addr: o.Addr}
+	b.rep.MemoryNote = "n/a: the Coordinator was not started by quarry-bench"
+	base := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.Insecure}
+	if o.CACert != "" && !o.Insecure {
+		pemText, err := os.ReadFile(o.CACert)
+		if err != nil {
+			return fmt.Errorf("%w: -cacert: %w", ErrUsage, err)
+		}
+		base.RootCAs = x509.NewCertPool()
+		if !base.RootCAs.AppendCertsFromPEM(pemText) {
+			return fmt.Errorf("%w: -cacert %s holds no PEM certificate", ErrUsage, o.CACert)
+		}
+	}
+	var userTLS *tls.Config
+	if o.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		if err != nil {
+			return fmt.Errorf("%w: -cert/-key: %w", ErrUsage, err)
+		}
+		userTLS = base.Clone()
+		userTLS.Certificates = []tls.Certificate{cert}
+	}
+	for _, s := range selected {
+		var skip string
+		switch {
+		case s == ScenarioSetManifest:
+			skip = "needs fresh Coordinators: only with -coordinator-bin, not -addr"
+		case s == ScenarioSecrets && userTLS == nil:
+			skip = "needs -cert and -key of a user with ReadSecret with -addr"
+		case s == ScenarioSecrets && o.Secret == "":
+			skip = "needs -secret NAME (a secret the -cert user may read) with -addr"
+		}
+		if skip != "" {
+			b.skip(s, skip)
+			continue
+		}
+		cfg := base
+		if s == ScenarioSecrets {
+			cfg = userTLS
+		}
+		if err := b.load(ctx, s, o.Addr, cfg, o.Secret); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// started starts a Coordinator, sets a generated manifest, runs the read
+// scenarios, reads its memory, and times set-manifest on fresh Coordinators.
+func (b *bench) started(ctx context.Context, selected []string) error {
+	o := b.o
+	cert, certPEM, err := NewUserCertificate("quarry-bench")
+	if err != nil {
+		return err
+	}
+	raw, info, err := GenerateManifest(ManifestOptions{
+		TargetBytes: int(o.ManifestKB * 1024),
+		Secrets:     o.Secrets,
+		Mix:         o.Mix,
+		UserCertPEM: certPEM,
+	})
+	if err != nil {
+		return err
+	}
+	setBody, err := SetRequest(raw)
+	if err != nil {
+		return err
+	}
+	b.rep.Manifest = &info
+	b.rep.Target = Target{Started: true, Binary: o.CoordinatorBin}
+	b.rep.MemoryNote = "n/a: no read scenario ran"
+	reads := slices.DeleteFunc(slices.Clone(selected), func(s string) bool { return s == ScenarioSetManifest })
+
+	if len(reads) > 0 {
+		c, err := StartCoordinator(ctx, o.CoordinatorBin, o.StartTimeout)
+		if err != nil {
+			return err
+		}
+		defer c.Stop()
+		b.rep.Target.Addr, b.rep.Target.PID = c.Addr, c.PID()
+		b.progress("coordinator %s started: pid %d, https://%s", o.CoordinatorBin, c.PID(), c.Addr)
+		if _, status, msg, err := b.setManifest(ctx, c.Addr, setBody); err != nil || status != http.StatusOK {
+			return fmt.Errorf("setting the generated manifest (%d bytes): %s", len(raw), describe(status, msg, err))
+		}
+		b.progress("manifest set: %d bytes, %d shared secrets", info.Bytes, info.Secrets)
+		base := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true}
+		user := base.Clone()
+		user.Certificates = []tls.Certificate{cert}
+		secret := cmp.Or(o.Secret, info.ReadableSecret)
+		for _, s := range reads {
+			if s == ScenarioSecrets && secret == "" {
+				b.skip(s, "the generated manifest has no secret (-secrets 0)")
+				continue
+			}
+			cfg := base
+			if s == ScenarioSecrets {
+				cfg = user
+			}
+			if err := b.load(ctx, s, c.Addr, cfg, secret); err != nil {
+				return err
+			}
+		}
+		if mem, err := c.ResidentMemory(); err != nil {
+			b.rep.MemoryNote = "n/a: " + err.Error()
+		} else {
+			b.rep.Memory, b.rep.MemoryNote = &mem, ""
+		}
+		c.Stop()
+	}
+
+	if slices.Contains(selected, ScenarioSetManifest) {
+		return b.setManifestRuns(ctx, setBody, info)
+	}
+	return nil
+}
+
+// load runs one read scenario and appends its result.
+func (b *bench) load(ctx context.Context, name, addr string, cfg *tls.Config, secret string) error {
+	path := map[string]string{
+		ScenarioStatus:   v2.PathStatus,
+		ScenarioManifest: v2.PathManifest,
+		ScenarioQuote:    v2.PathQuote,
+		ScenarioSecrets:  v2.PathSecrets + "?s=" + url.QueryEscape(secret),
+	}[name]
+	b.progress("%s: GET %s, %d connections, %v after %v warm-up", name, path, b.o.Connections, b.o.Duration, b.o.Warmup)
+	res, err := Run(ctx, RunConfig{
+		Connections: b.o.Connections,
+		Duration:    b.o.Duration,
+		Warmup:      b.o.Warmup,
+		HTTP2:       b.o.HTTP2,
+		TLS:         cfg,
+		Timeout:     b.o.Timeout,
+	}, Request{Method: http.MethodGet, URL: "https://" + addr + path})
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	b.rep.Scenarios = append(b.rep.Scenarios, loadResult(name, "GET "+path, res))
+	return nil
+}
+
+// setManifestRuns times POST /api/v2/manifest on o.Runs fresh Coordinators.
+func (b *bench) setManifestRuns(ctx context.Context, body []byte, info ManifestInfo) error {
+	o := b.o
+	r := ScenarioResult{Name: ScenarioSetManifest, Request: "POST " + v2.PathManifest}
+	var times []time.Duration
+	for i := range o.Runs {
+		c, err := StartCoordinator(ctx, o.CoordinatorBin, o.StartTimeout)
+		if err != nil {
+			return fmt.Errorf("set-manifest run %d: %w", i+1, err)
+		}
+		d, status, msg, err := b.setManifest(ctx, c.Addr, body)
+		c.Stop()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.Requests++
+		switch {
+		case err != nil:
+			r.Errors++
+		case status != http.StatusOK:
+			r.Non2xx++
+		default:
+			times = append(times, d)
+			r.RunsSeconds = append(r.RunsSeconds, d.Seconds())
+		}
+		if err != nil || status != http.StatusOK {
+			if r.FirstError == "" {
+				r.FirstError = describe(status, msg, err)
+			}
+			b.progress("set-manifest run %d/%d: failed: %s", i+1, o.Runs, describe(status, msg, err))
+			continue
+		}
+		b.progress("set-manifest run %d/%d: %d bytes, %d secrets: %v", i+1, o.Runs, info.Bytes, info.Secrets, d.Round(time.Millisecond))
+	}
+	r.MedianSeconds = Median(times).Seconds()
+	r.ErrorRate = errorRate(r.Requests, r.Non2xx, r.Errors)
+	b.rep.Scenarios = append(b.rep.Scenarios, r)
+	return nil
+}
+
+func describe(status int, msg string, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("HTTP %d: %s", status, msg)
+}
+
+// setManifest posts body to the Coordinator at addr and returns the wall
+// time of the POST alone, from sending to the end of the answer: the
+// connection is opened (and checked) before, with GET status.
+func (b *bench) setManifest(ctx context.Context, addr string, body []byte) (time.Duration, int, string, error) {
+	t := newTransport(RunConfig{
+		HTTP2: b.o.HTTP2,
+		TLS:   &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true},
+	}, nil)
+	defer t.CloseIdleConnections()
+	hc := &http.Client{Transport: t, Timeout: 5 * time.Minute}
+	get, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+v2.PathStatus, nil)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	resp, err := hc.Do(get)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, "", fmt.Errorf("GET %s: HTTP %d", v2.PathStatus, resp.StatusCode)
+	}
+
+	post, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+v2.PathManifest, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, "", err
+	}
+	post.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err = hc.Do(post)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	answer, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	d := time.Since(start)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	return d, resp.StatusCode, strings.TrimSpace(string(answer)), nil
+}
+
+// machine describes the CPU the benchmark runs on.
+func machine() string {
+	desc := fmt.Sprintf("%s/%s, %d CPUs", runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(info)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				return desc + ", " + strings.TrimSpace(v)
+			}
+		}
+	}
+	return desc
+}
