@@ -39,6 +39,11 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := loadgen.DefaultOptions()
+	for _, k := range []string{"PATH", "HOME", "TMPDIR"} {
+		if v, ok := os.LookupEnv(k); ok {
+			o.Env = append(o.Env, k+"="+v)
+		}
+	}
 	fs := flag.NewFlagSet("quarry-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {

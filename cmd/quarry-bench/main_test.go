@@ -128,7 +128,7 @@ func TestAgainstCoordinator(t *testing.T) {
 
 	// -addr: a running Coordinator without a manifest. status works, secrets
 	// and set-manifest are skipped, manifest answers non-2xx: exit 1.
-	c, err := loadgen.StartCoordinator(context.Background(), bin, loadgen.DefaultOptions().StartTimeout)
+	c, err := loadgen.StartCoordinator(context.Background(), bin, nil, loadgen.DefaultOptions().StartTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

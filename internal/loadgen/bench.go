@@ -40,7 +40,9 @@ var Scenarios = []string{ScenarioStatus, ScenarioManifest, ScenarioQuote, Scenar
 // Coordinators) and Addr (use a running one) is set.
 type Options struct {
 	CoordinatorBin string
-	Addr           string
+	// Env is passed (KEY=value) to the Coordinators the tool starts.
+	Env  []string
+	Addr string
 
 	// For Addr: Insecure skips server verification, else CACert (a PEM
 	// file) is the trusted root. CertFile and KeyFile are the client
@@ -270,7 +272,7 @@ func (b *bench) started(ctx context.Context, selected []string) error {
 	reads := slices.DeleteFunc(slices.Clone(selected), func(s string) bool { return s == ScenarioSetManifest })
 
 	if len(reads) > 0 {
-		c, err := StartCoordinator(ctx, o.CoordinatorBin, o.StartTimeout)
+		c, err := StartCoordinator(ctx, o.CoordinatorBin, o.Env, o.StartTimeout)
 		if err != nil {
 			return err
 		}
@@ -342,7 +344,7 @@ func (b *bench) setManifestRuns(ctx context.Context, body []byte, info ManifestI
 	r := ScenarioResult{Name: ScenarioSetManifest, Request: "POST " + v2.PathManifest}
 	var times []time.Duration
 	for i := range o.Runs {
-		c, err := StartCoordinator(ctx, o.CoordinatorBin, o.StartTimeout)
+		c, err := StartCoordinator(ctx, o.CoordinatorBin, o.Env, o.StartTimeout)
 		if err != nil {
 			return fmt.Errorf("set-manifest run %d: %w", i+1, err)
 		}

@@ -32,23 +32,19 @@ type Coordinator struct {
 
 // StartCoordinator runs bin with a fresh seal directory and free loopback
 // ports and returns once it logs that the Client API listens (at most
-// timeout). Only PATH, HOME and TMPDIR are passed on from the environment,
-// so settings of the caller's shell do not change what is measured.
-func StartCoordinator(ctx context.Context, bin string, timeout time.Duration) (*Coordinator, error) {
+// timeout). Its environment is only the Coordinator's own settings plus
+// env (KEY=value; the command passes PATH, HOME and TMPDIR), so settings of
+// the caller's shell do not change what is measured.
+func StartCoordinator(ctx context.Context, bin string, env []string, timeout time.Duration) (*Coordinator, error) {
 	sealDir, err := os.MkdirTemp("", "quarry-bench-seal-")
 	if err != nil {
 		return nil, err
 	}
-	env := []string{
+	env = append([]string{
 		"EDG_COORDINATOR_CLIENT_ADDR=127.0.0.1:0",
 		"EDG_COORDINATOR_MESH_ADDR=127.0.0.1:0",
 		"EDG_COORDINATOR_SEAL_DIR=" + sealDir,
-	}
-	for _, k := range []string{"PATH", "HOME", "TMPDIR"} {
-		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
-		}
-	}
+	}, env...)
 	c := &Coordinator{
 		cmd:     exec.Command(bin),
 		sealDir: sealDir,

@@ -92,7 +92,7 @@ func TestStartCoordinator(t *testing.T) {
 echo '{"time":"x","level":"INFO","msg":"client API listening","addr":"127.0.0.1:40000","state":2}' >&2
 exec sleep 60
 `)
-	c, err := StartCoordinator(context.Background(), bin, 10*time.Second)
+	c, err := StartCoordinator(context.Background(), bin, nil, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,20 +129,20 @@ exec sleep 60
 
 func TestStartCoordinatorFailures(t *testing.T) {
 	exits := fakeCoordinator(t, "echo 'invalid configuration' >&2; exit 2\n")
-	_, err := StartCoordinator(context.Background(), exits, 10*time.Second)
+	_, err := StartCoordinator(context.Background(), exits, nil, 10*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "exited before listening") || !strings.Contains(err.Error(), "invalid configuration") {
 		t.Errorf("exiting binary: %v", err)
 	}
 	silent := fakeCoordinator(t, "exec sleep 60\n")
 	start := time.Now()
-	_, err = StartCoordinator(context.Background(), silent, 300*time.Millisecond)
+	_, err = StartCoordinator(context.Background(), silent, nil, 300*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "did not log") {
 		t.Errorf("silent binary: %v", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("gave up after %v", took)
 	}
-	if _, err := StartCoordinator(context.Background(), filepath.Join(t.TempDir(), "missing"), time.Second); err == nil {
+	if _, err := StartCoordinator(context.Background(), filepath.Join(t.TempDir(), "missing"), nil, time.Second); err == nil {
 		t.Error("a missing binary started")
 	}
 }
