@@ -14,10 +14,11 @@ import (
 	"strings"
 
 	v2 "github.com/quarry-cc/quarry/api/v2"
+	"github.com/quarry-cc/quarry/internal/attest"
 )
 
 // ReportDataSize is the size of an SGX report's REPORTDATA field.
-const ReportDataSize = 64
+const ReportDataSize = attest.ReportDataSize
 
 // NonceSize is the size of the random nonce VerifyCoordinator sends.
 const NonceSize = 32
@@ -55,12 +56,7 @@ func (f QuoteVerifierFunc) VerifyQuote(ctx context.Context, quote []byte, report
 // root certificate: SHA-256(rootDER ‖ nonce) in the first 32 bytes, zeros
 // after. The nonce may be empty.
 func ReportData(rootDER, nonce []byte) [ReportDataSize]byte {
-	h := sha256.New()
-	h.Write(rootDER)
-	h.Write(nonce)
-	var rd [ReportDataSize]byte
-	copy(rd[:], h.Sum(nil))
-	return rd
+	return attest.ReportData(rootDER, nonce)
 }
 
 // VerifyOptions configure VerifyCoordinator.
