@@ -450,6 +450,9 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 		}
 		c.header = header
 	}
+	// The old state is replaced (its files were moved aside): recovery of
+	// it ends here, and only now that the new state is stored.
+	c.unreadable = nil
 	c.rec.stop()
 	c.snap.Store(&snapshot{
 		state:       to,
@@ -488,6 +491,5 @@ func (c *Core) moveAside(ctx context.Context) error {
 		*st.rev = ""
 		c.log.Warn("a new manifest replaces the unrecovered state; the old file was moved aside", "what", st.name, "movedTo", where)
 	}
-	c.unreadable = nil
 	return nil
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/quarry-cc/quarry/internal/recovery"
 	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/store"
+	"github.com/quarry-cc/quarry/internal/store/memstore"
 )
 
 var (
@@ -159,5 +161,40 @@ func TestRecoveryErrorsAreClassified(t *testing.T) {
 	}
 	if _, err := c.Recover(context.Background(), []byte("garbage ciphertext that is long enough"), []byte("s")); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("undecryptable ciphertext: %v", err)
+	}
+}
+
+// flakyStore fails every Save while fail is set.
+type flakyStore struct {
+	*memstore.Store
+	fail bool
+}
+
+func (f *flakyStore) Save(ctx context.Context, blob []byte, prev store.Revision) (store.Revision, error) {
+	if f.fail {
+		return "", errors.New("disk full")
+	}
+	return f.Store.Save(ctx, blob, prev)
+}
+
+func TestFailedResetKeepsRecoveryPossible(t *testing.T) {
+	_, s, plain, keys := recoverable(t, 1, nil, 0)
+	data := &flakyStore{Store: s.data, fail: true}
+	c, err := New(context.Background(), Options{Data: data, Key: s.key, KeySealer: seal.SimulationKeySealer{}})
+	if err != nil || c.Status() != StateRecovery {
+		t.Fatalf("state %d, %v", c.Status(), err)
+	}
+	// A new manifest whose write fails: an error, still recovery mode.
+	if _, err := c.SetManifest(context.Background(), []byte(minimalManifest)); err == nil {
+		t.Fatal("SetManifest succeeded although the store failed")
+	}
+	if c.Status() != StateRecovery {
+		t.Fatalf("state %d after a failed reset", c.Status())
+	}
+	// The old state (moved aside, and still held) can still be recovered.
+	data.fail = false
+	res, err := c.Recover(context.Background(), plain["k0"], signSecret(keys["k0"], plain["k0"]))
+	if err != nil || res.Remaining != 0 || c.Status() != StateAcceptingMarbles {
+		t.Fatalf("recover after a failed reset: %+v, %v, state %d", res, err, c.Status())
 	}
 }
