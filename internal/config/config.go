@@ -135,7 +135,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	fs.StringVar(&errLevel, "http-error-log-level", env("EDG_HTTP_ERROR_LOG_LEVEL", "error"),
 		"level of net/http's internal errors (TLS handshake failures, ...): debug, info, warn or error [EDG_HTTP_ERROR_LOG_LEVEL]")
 	fs.StringVar(&maxMan, "max-manifest-size", env("QUARRY_MAX_MANIFEST_SIZE", strconv.Itoa(DefaultMaxManifestBytes)),
-		"largest accepted body of a manifest or update request, in bytes [QUARRY_MAX_MANIFEST_SIZE]")
+		"largest accepted manifest (set, update, acknowledge), in bytes [QUARRY_MAX_MANIFEST_SIZE]")
 	fs.StringVar(&recTimeout, "recovery-timeout", env("QUARRY_RECOVERY_TIMEOUT", DefaultRecoveryTimeout.String()),
 		"how long uploaded recovery shares wait for the rest of their round, e.g. 30m; 0 disables expiry [QUARRY_RECOVERY_TIMEOUT]")
 	fs.StringVar(&c.Attestation, "attestation", env("QUARRY_ATTESTATION", AttestationSimulation),

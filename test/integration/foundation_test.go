@@ -530,3 +530,22 @@ func TestStartupManifest(t *testing.T) {
 		t.Fatalf("invalid startup manifest: %v\n%s", err, out)
 	}
 }
+
+// TestManifestSizeLimit: the limit is on the manifest, not on its base64
+// form in the request.
+func TestManifestSizeLimit(t *testing.T) {
+	c := startCoordinator(t, "", "QUARRY_MAX_MANIFEST_SIZE=20000")
+	hc := c.client(nil, nil)
+	f := newFixture(t)
+	f.set("Packages.backend.Padding", strings.Repeat("x", 20000-len(f.bytes(t))-40))
+	raw := f.bytes(t)
+	if len(raw) > 20000 || len(raw) < 19900 {
+		t.Fatalf("fixture size %d", len(raw))
+	}
+	expect(t, setManifest(t, c, hc, raw), http.StatusOK, "success")
+	c2 := startCoordinator(t, "", "QUARRY_MAX_MANIFEST_SIZE=20000")
+	f.set("Packages.backend.Padding", strings.Repeat("x", 20000))
+	r := setManifest(t, c2, c2.client(nil, nil), f.bytes(t))
+	expect(t, r, http.StatusRequestEntityTooLarge, "fail")
+	expectState(t, c2, c2.client(nil, nil), 2, msgReady)
+}

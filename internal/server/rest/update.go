@@ -9,15 +9,20 @@ import (
 	"github.com/quarry-cc/quarry/internal/core"
 )
 
-// readManifestBody decodes {"manifest": base64} bounded by the manifest
-// limit.
+// readManifestBody decodes {"manifest": base64}. The limit applies to the
+// manifest itself: the body may be as large as its base64 form plus a
+// little room for the JSON around it.
 func (s *server) readManifestBody(r *http.Request) ([]byte, error) {
 	var req v2.UpdateRequest
-	if err := decodeBody(r, s.opts.MaxManifestBytes, &req); err != nil {
+	limit := s.opts.MaxManifestBytes
+	if err := decodeBody(r, (limit+2)/3*4+4096, &req); err != nil {
 		return nil, err
 	}
 	if len(req.Manifest) == 0 {
 		return nil, &bodyError{msg: `invalid request: the "manifest" member is missing or empty; it must hold the base64-encoded manifest`}
+	}
+	if int64(len(req.Manifest)) > limit {
+		return nil, &bodyError{tooLarge: true, msg: fmt.Sprintf("manifest too large: the limit is %d bytes", limit)}
 	}
 	return req.Manifest, nil
 }

@@ -47,14 +47,11 @@ type manifestCache struct {
 }
 
 func (s *server) postManifest(r *http.Request) (any, error) {
-	var req v2.ManifestSetRequest
-	if err := decodeBody(r, s.opts.MaxManifestBytes, &req); err != nil {
+	raw, err := s.readManifestBody(r)
+	if err != nil {
 		return nil, err
 	}
-	if len(req.Manifest) == 0 {
-		return nil, &bodyError{msg: `invalid request: the "manifest" member is missing or empty; it must hold the base64-encoded manifest`}
-	}
-	secrets, err := s.c.SetManifest(r.Context(), req.Manifest)
+	secrets, err := s.c.SetManifest(r.Context(), raw)
 	if err != nil {
 		return nil, err
 	}
