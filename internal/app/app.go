@@ -87,7 +87,8 @@ func (a *App) init(ctx context.Context) error {
 
 		QuoteVerifier: verifier,
 
-		RecoveryTimeout: a.cfg.RecoveryTimeout,
+		RecoveryTimeout:   a.cfg.RecoveryTimeout,
+		AllowQuoteFailure: a.cfg.DevMode,
 	})
 	if err != nil {
 		return err

@@ -131,7 +131,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	fs.StringVar(&debug, "debug", env("EDG_DEBUG_LOGGING", "0"),
 		"debug logging: 1 or 0 [EDG_DEBUG_LOGGING]")
 	fs.StringVar(&dev, "dev-mode", env("EDG_COORDINATOR_DEV_MODE", "0"),
-		"development mode (human-readable logs): 1 or 0 [EDG_COORDINATOR_DEV_MODE]")
+		"development mode (human-readable logs; a quote failure at start is not fatal): 1 or 0 [EDG_COORDINATOR_DEV_MODE]")
 	fs.StringVar(&errLevel, "http-error-log-level", env("EDG_HTTP_ERROR_LOG_LEVEL", "error"),
 		"level of net/http's internal errors (TLS handshake failures, ...): debug, info, warn or error [EDG_HTTP_ERROR_LOG_LEVEL]")
 	fs.StringVar(&maxMan, "max-manifest-size", env("QUARRY_MAX_MANIFEST_SIZE", strconv.Itoa(DefaultMaxManifestBytes)),

@@ -40,6 +40,10 @@ type Options struct {
 	KeySealer seal.KeySealer
 	// Issuer produces quotes; attest.ErrUnsupported means simulation.
 	Issuer attest.Issuer
+	// AllowQuoteFailure keeps the Coordinator running without a quote when
+	// the issuer fails at start (EDG_COORDINATOR_DEV_MODE=1); otherwise the
+	// failure stops it.
+	AllowQuoteFailure bool
 	// QuoteVerifier verifies quotes for sign-quote; nil means no collateral
 	// source is configured (see signquote.go).
 	QuoteVerifier QuoteVerifier
@@ -151,9 +155,11 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 		return nil, err
 	}
 	if snap.quote, err = c.issueQuote(ctx, snap.ca, nil); err != nil {
-		return nil, err
-	}
-	if snap.quote == nil {
+		if !opts.AllowQuoteFailure {
+			return nil, err
+		}
+		c.log.Error("no quote at start; continuing without one because quote failures are allowed (development mode)", "error", err.Error())
+	} else if snap.quote == nil {
 		c.log.Warn("no quote can be produced: running in simulation mode; clients must opt in to trusting an unattested Coordinator")
 	}
 	c.snap.Store(snap)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/quarry-cc/quarry/internal/seal"
@@ -234,5 +235,31 @@ func TestSealModeDisabledPersistsNothing(t *testing.T) {
 	}
 	if c.Status() != StateAcceptingMarbles || load(t, s.data) != nil || load(t, s.key) != nil {
 		t.Fatal("Disabled seal mode persisted state")
+	}
+}
+
+// failingIssuer fails like a broken quoting enclave (not simulation).
+type failingIssuer struct{}
+
+func (failingIssuer) Issue(context.Context, [64]byte) ([]byte, error) {
+	return nil, errors.New("quoting enclave unreachable")
+}
+
+func TestQuoteFailureAtStart(t *testing.T) {
+	s := newStores()
+	opts := Options{Data: s.data, Key: s.key, KeySealer: seal.SimulationKeySealer{}, Issuer: failingIssuer{}}
+	if _, err := New(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "quoting enclave unreachable") {
+		t.Fatalf("a quote failure at start must stop the Coordinator: %v", err)
+	}
+	opts.AllowQuoteFailure = true
+	c, err := New(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("development mode: %v", err)
+	}
+	if res, err := c.Quote(context.Background(), nil); err != nil || res.Quote != nil {
+		t.Fatalf("cached quote: %v, %v", res.Quote, err)
+	}
+	if _, err := c.Quote(context.Background(), []byte("nonce")); err == nil {
+		t.Fatal("a fresh quote that fails must be an error")
 	}
 }
