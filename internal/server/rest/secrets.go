@@ -37,7 +37,9 @@ func toV2Secret(s secrets.Secret) v2.Secret {
 	}
 }
 
-func (s *server) getSecrets(r *http.Request) (any, error) {
+// readSecrets is GET secrets of both generations: the named secrets in the
+// v2 shape.
+func (s *server) readSecrets(r *http.Request) (map[string]v2.Secret, error) {
 	names, err := secretNames(r)
 	if err != nil {
 		return nil, err
@@ -46,11 +48,19 @@ func (s *server) getSecrets(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := v2.SecretsGetResponse{Secrets: make(map[string]v2.Secret, len(got))}
+	out := make(map[string]v2.Secret, len(got))
 	for n, v := range got {
-		out.Secrets[n] = toV2Secret(v)
+		out[n] = toV2Secret(v)
 	}
 	return out, nil
+}
+
+func (s *server) getSecrets(r *http.Request) (any, error) {
+	got, err := s.readSecrets(r)
+	if err != nil {
+		return nil, err
+	}
+	return v2.SecretsGetResponse{Secrets: got}, nil
 }
 
 func (s *server) postSecrets(r *http.Request) (any, error) {

@@ -98,17 +98,13 @@ func (s *server) v1PostRecover(r *http.Request) (any, error) {
 }
 
 func (s *server) v1GetSecrets(r *http.Request) (any, error) {
-	names, err := secretNames(r)
-	if err != nil {
-		return nil, err
-	}
-	got, err := s.c.Secrets(r.Context(), peerCertificates(r), names)
+	got, err := s.readSecrets(r)
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[string]v1.Secret, len(got))
 	for n, v := range got {
-		out[n] = v1.Secret(toV2Secret(v))
+		out[n] = v1.Secret(v)
 	}
 	return out, nil
 }
