@@ -544,7 +544,28 @@ func ParseUserCertificate(text string) (*x509.Certificate, error) {
 // Rule 31: every Marble's Files and Env are rendered with dummy values;
 // all Marbles share one execution budget.
 func (m *Manifest) checkTemplates() *ValidationError {
-	r := newRenderer(m.dryRunData(), newBudget(), false)
+	return m.renderAll(m.dryRunData())
+}
+
+// DryRun renders every Marble's Files and Env as rule 31 does, except that
+// the given values replace the dummies of the secrets they name (the
+// Coordinator passes the secrets that have a value, e.g. after an upload).
+// The error is a *ValidationError naming the Marble and the field.
+func (m *Manifest) DryRun(values map[string]TemplateSecret) error {
+	data := m.dryRunData()
+	for name, v := range values {
+		data.Secrets[name] = v // Previous.Secrets is the same map
+	}
+	if e := m.renderAll(data); e != nil {
+		return e
+	}
+	return nil
+}
+
+// renderAll renders every Marble's Files and Env with data; all Marbles
+// share one execution budget.
+func (m *Manifest) renderAll(data *TemplateData) *ValidationError {
+	r := newRenderer(data, newBudget(), false)
 	for _, name := range sorted(m.Marbles) {
 		params := m.Marbles[name].Parameters
 		for _, path := range sorted(params.Files) {

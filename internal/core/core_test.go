@@ -7,10 +7,19 @@ import (
 	"strings"
 	"testing"
 
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/store/memstore"
 	"github.com/quarry-cc/quarry/manifest"
+	"math/big"
+	"time"
 )
 
 const minimalManifest = `{"Packages":{"p":{"Debug":true}},"Marbles":{"m":{"Package":"p"}}}`
@@ -261,5 +270,41 @@ func TestQuoteFailureAtStart(t *testing.T) {
 	}
 	if _, err := c.Quote(context.Background(), []byte("nonce")); err == nil {
 		t.Fatal("a fresh quote that fails must be an error")
+	}
+}
+
+// TestUploadThatBreaksATemplateIsRefused: the templates are dry-run with
+// the uploaded values; a plain secret with a NUL used through string in an
+// environment variable is refused and nothing is stored or logged.
+func TestUploadThatBreaksATemplateIsRefused(t *testing.T) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, _ := x509.ParseCertificate(der)
+	raw, _ := json.Marshal(map[string]any{
+		"Packages": map[string]any{"p": map[string]any{"Debug": true}},
+		"Marbles":  map[string]any{"m": map[string]any{"Package": "p", "Parameters": map[string]any{"Env": map[string]any{"PASSWORD": "{{ string .Secrets.pw }}"}}}},
+		"Secrets":  map[string]any{"pw": map[string]any{"Type": "plain", "UserDefined": true}},
+		"Users":    map[string]any{"alice": map[string]any{"Certificate": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), "Roles": []string{"w"}}},
+		"Roles":    map[string]any{"w": map[string]any{"ResourceType": "Secrets", "ResourceNames": []string{"pw"}, "Actions": []string{"WriteSecret", "ReadSecret"}}},
+	})
+	s := newStores()
+	c := newCore(t, s)
+	if _, err := c.SetManifest(context.Background(), raw); err != nil {
+		t.Fatal(err)
+	}
+	peer := []*x509.Certificate{cert}
+	blob := load(t, s.data)
+	err := c.SetSecrets(context.Background(), peer, map[string]secrets.Upload{"pw": {Key: []byte("pa\x00ss")}})
+	var ve *manifest.ValidationError
+	if !errors.Is(err, ErrInvalidRequest) || !errors.As(err, &ve) || ve.Name != "m" || ve.Field != "Parameters.Env.PASSWORD" {
+		t.Fatalf("err = %v (%+v), want an invalid request naming Marble m's PASSWORD", err, ve)
+	}
+	got, _ := c.Secrets(context.Background(), peer, []string{"pw"})
+	if got["pw"].IsSet() || !bytes.Equal(load(t, s.data), blob) {
+		t.Fatal("a refused upload changed the state")
+	}
+	if err := c.SetSecrets(context.Background(), peer, map[string]secrets.Upload{"pw": {Key: []byte("pass")}}); err != nil {
+		t.Fatalf("a good upload: %v", err)
 	}
 }

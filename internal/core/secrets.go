@@ -140,33 +140,17 @@ func (c *Core) persist(ctx context.Context, s *snapshot, st *sealedState) error 
 	return nil
 }
 
-// dryRun renders every Marble's parameters with the given secret values;
-// secrets without a value (user-defined ones not uploaded yet, per-Marble
-// ones) get a one-byte dummy, as do the Marble certificates.
+// dryRun renders every Marble's parameters with the secrets that have a
+// value; the others keep the manifest dry run's dummies.
 func dryRun(m *manifest.Manifest, values map[string]secrets.Secret) error {
-	dummy := []byte{0x41}
-	data := &manifest.TemplateData{Secrets: map[string]manifest.TemplateSecret{}}
+	set := make(map[string]manifest.TemplateSecret, len(values))
 	for name, v := range values {
-		ts := manifest.TemplateSecret{
-			Type: v.Type, Size: v.Size, Shared: v.Shared, UserDefined: v.UserDefined, ValidFor: v.ValidFor,
-			Cert: manifest.CertDER(v.Cert), Private: manifest.PrivateKey(v.Private), Public: manifest.PublicKey(v.Public),
-		}
-		if !v.IsSet() {
-			ts.Cert, ts.Private, ts.Public = dummy, dummy, dummy
-		}
-		data.Secrets[name] = ts
-	}
-	data.Previous.Secrets = data.Secrets
-	data.MarbleRun.RootCA.Cert = dummy
-	data.MarbleRun.CoordinatorRoot.Cert = dummy
-	data.MarbleRun.CoordinatorIntermediate.Cert = dummy
-	data.MarbleRun.MarbleCert.Cert = dummy
-	data.MarbleRun.MarbleCert.Public = dummy
-	data.MarbleRun.MarbleCert.Private = dummy
-	for _, name := range slices.Sorted(maps.Keys(m.Marbles)) {
-		if _, err := m.Marbles[name].Parameters.Render(data); err != nil {
-			return fmt.Errorf("in Marble %s: %w", name, err)
+		if v.IsSet() {
+			set[name] = manifest.TemplateSecret{
+				Type: v.Type, Size: v.Size, Shared: v.Shared, UserDefined: v.UserDefined, ValidFor: v.ValidFor,
+				Cert: manifest.CertDER(v.Cert), Private: manifest.PrivateKey(v.Private), Public: manifest.PublicKey(v.Public),
+			}
 		}
 	}
-	return nil
+	return m.DryRun(set)
 }
