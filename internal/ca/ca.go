@@ -84,7 +84,8 @@ func New(rand io.Reader, names Names, now time.Time) (*Authority, error) {
 	if err := a.newIntermediate(rand, names, now); err != nil {
 		return nil, err
 	}
-	return a, a.init()
+	a.init()
+	return a, nil
 }
 
 // Rotate returns a copy with a new intermediate key, intermediate certificate
@@ -94,7 +95,8 @@ func (a *Authority) Rotate(rand io.Reader, now time.Time) (*Authority, error) {
 	if err := b.newIntermediate(rand, Names{DNS: a.Root.DNSNames, IPs: a.Root.IPAddresses}, now); err != nil {
 		return nil, err
 	}
-	return b, b.init()
+	b.init()
+	return b, nil
 }
 
 func (a *Authority) newIntermediate(rand io.Reader, names Names, now time.Time) error {
@@ -168,13 +170,12 @@ func create(rand io.Reader, tmpl, parent *x509.Certificate, pub crypto.PublicKey
 	return x509.ParseCertificate(der)
 }
 
-func (a *Authority) init() error {
+func (a *Authority) init() {
 	a.tlsCert = &tls.Certificate{
 		Certificate: [][]byte{a.Root.Raw},
 		PrivateKey:  a.RootKey,
 		Leaf:        a.Root,
 	}
-	return nil
 }
 
 // TLSCertificate is the Client API's server certificate: the root
@@ -247,5 +248,6 @@ func Restore(p Persisted) (*Authority, error) {
 	if !a.IntermediateKey.PublicKey.Equal(a.Intermediate.PublicKey) || !a.IntermediateKey.PublicKey.Equal(a.MarbleRoot.PublicKey) {
 		return nil, fmt.Errorf("%w: intermediate key does not match its certificates", ErrInvalid)
 	}
-	return &a, a.init()
+	a.init()
+	return &a, nil
 }

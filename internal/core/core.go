@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -204,7 +205,7 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return c.enterRecovery(blob, "the decrypted state is invalid", err)
 	}
-	if _, err := next(StateUninitialized, eventStartSealed); err != nil {
+	if snap.state, err = next(StateUninitialized, eventStartSealed); err != nil {
 		return nil, err
 	}
 	c.dek = dek
@@ -219,8 +220,7 @@ func (c *Core) fresh(e event) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	dns, ips := c.opts.Names.DNS, c.opts.Names.IPs
-	authority, err := ca.New(c.opts.Rand, ca.Names{DNS: dns, IPs: ips}, c.opts.Now())
+	authority, err := ca.New(c.opts.Rand, c.opts.Names, c.opts.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -298,11 +298,11 @@ func (c *Core) issueQuote(ctx context.Context, a *ca.Authority, nonce []byte) ([
 // first when it is new, then the data with compare-and-swap. It returns only
 // when both are durable.
 func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, newKey bool) error {
-	plaintext, err := jsonMarshal(st)
+	plaintext, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}
-	hdr, err := jsonMarshal(header)
+	hdr, err := json.Marshal(header)
 	if err != nil {
 		return fmt.Errorf("encoding header: %w", err)
 	}

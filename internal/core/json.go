@@ -6,8 +6,6 @@ import (
 	"fmt"
 )
 
-func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
-
 // jsonUnmarshalStrict decodes exactly one JSON value and rejects unknown
 // fields and trailing data: the sealed state is our own format.
 func jsonUnmarshalStrict(data []byte, v any) error {

@@ -218,7 +218,7 @@ func TestRecoveryWithEphemeralKey(t *testing.T) {
 func TestRecoveryRejectsBadUploads(t *testing.T) {
 	s := newRecoverySetup(t, 2, 0)
 	s.breakKey(t)
-	k1, k2 := s.secrets["key1"], s.secrets["key2"]
+	k1 := s.secrets["key1"]
 	garbage := make([]byte, 32)
 	rand.Read(garbage)
 	for _, tc := range []struct {
@@ -250,7 +250,6 @@ func TestRecoveryRejectsBadUploads(t *testing.T) {
 	}
 	// ...and the second completes the recovery.
 	s.upload(t, "key2", 0)
-	_ = k2
 	s.checkRecovered(t)
 	// Recovery in state 3: 409.
 	r = postRecover(t, s.c, k1, sign(t, s.keys["key1"], k1))

@@ -111,10 +111,11 @@ func New(c Coordinator, opts Options) http.Handler {
 	// methods maps each path of the route table to its methods; it tells
 	// 405 from 404 for requests no route matched.
 	methods := map[string][]string{}
-	for _, rt := range s.allRoutes() {
+	routes := s.allRoutes()
+	for _, rt := range routes {
 		methods[rt.path] = append(methods[rt.path], rt.method)
 	}
-	for _, rt := range s.allRoutes() {
+	for _, rt := range routes {
 		rend := renderer{log: s.log, v1: rt.v1, methods: methods}
 		h, v1, path := rt.handle, rt.v1, rt.path
 		mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package rest
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -22,8 +23,7 @@ func (s *server) getManifest(*http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := m.Fingerprint + string(m.Signature)
-	if c := s.manifestCache.Load(); c != nil && c.key == key {
+	if c := s.manifestCache.Load(); c != nil && c.fingerprint == m.Fingerprint && bytes.Equal(c.signature, m.Signature) {
 		return c.body, nil
 	}
 	body, err := json.Marshal(v2.ManifestGetResponse{
@@ -34,7 +34,7 @@ func (s *server) getManifest(*http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.manifestCache.Store(&manifestCache{key: key, body: body})
+	s.manifestCache.Store(&manifestCache{fingerprint: m.Fingerprint, signature: m.Signature, body: body})
 	return encoded(body), nil
 }
 
@@ -42,8 +42,9 @@ func (s *server) getManifest(*http.Request) (any, error) {
 // signature: the manifest changes rarely and is read often, and encoding it
 // (base64 inside JSON) was the largest cost of the request.
 type manifestCache struct {
-	key  string // fingerprint and signature
-	body encoded
+	fingerprint string
+	signature   []byte
+	body        encoded
 }
 
 func (s *server) postManifest(r *http.Request) (any, error) {
