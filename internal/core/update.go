@@ -52,8 +52,6 @@ var errNoUpdate = classify(ErrNotFound, errors.New("no update in progress"))
 
 // UpdateResult is the outcome of an update request or acknowledgement.
 type UpdateResult struct {
-	// Applied is true when the manifest (or the packages) changed now.
-	Applied bool
 	// MissingAcknowledgments and MissingUsers describe a pending update.
 	MissingAcknowledgments int
 	MissingUsers           []string
@@ -90,7 +88,7 @@ func (c *Core) Update(ctx context.Context, peer []*x509.Certificate, raw []byte)
 		return UpdateResult{}, err
 	}
 	if m.IsPackageUpdate() {
-		return UpdateResult{}, c.updatePackages(ctx, s, u.Name, m)
+		return UpdateResult{}, c.updatePackages(ctx, s, u, m)
 	}
 	if err := authorize(u, manifest.ActionUpdateManifest); err != nil {
 		return UpdateResult{}, err
@@ -123,14 +121,13 @@ func (c *Core) Update(ctx context.Context, peer []*x509.Certificate, raw []byte)
 // updatePackages applies a package update (behaviour.md §7.1): new security
 // versions, a new intermediate CA and Marble root (keeping every SAN), and
 // shared certificates re-issued under it with their original expiry.
-func (c *Core) updatePackages(ctx context.Context, s *snapshot, userName string, m *manifest.Manifest) error {
+func (c *Core) updatePackages(ctx context.Context, s *snapshot, u *user.User, m *manifest.Manifest) error {
 	names := slices.Sorted(maps.Keys(m.Packages))
 	for _, n := range names {
 		if _, ok := s.persisted.Packages[n]; !ok {
 			return classify(ErrNotFound, fmt.Errorf("package %q is not defined in the current manifest", n))
 		}
 	}
-	u, _ := s.users.Get(userName)
 	if err := authorize(u, manifest.ActionUpdateSecurityVersion, names...); err != nil {
 		return err
 	}
@@ -150,7 +147,7 @@ func (c *Core) updatePackages(ctx context.Context, s *snapshot, userName string,
 		svn := *m.Packages[n].SecurityVersion
 		p.SecurityVersion = &svn
 		st.Packages[n] = p
-		st.UpdateLog = append(st.UpdateLog, updatelog.SecurityVersionIncreased(now, userName, n, svn))
+		st.UpdateLog = append(st.UpdateLog, updatelog.SecurityVersionIncreased(now, u.Name, n, svn))
 	}
 	if st.Secrets, err = c.reissueSharedCerts(s.manifest, st.Secrets, authority, now); err != nil {
 		return err
@@ -163,7 +160,7 @@ func (c *Core) updatePackages(ctx context.Context, s *snapshot, userName string,
 	if err := c.persist(ctx, &next, &st); err != nil {
 		return err
 	}
-	c.log.Info("packages updated", "user", userName, "packages", names)
+	c.log.Info("packages updated", "user", u.Name, "packages", names)
 	return nil
 }
 
@@ -329,7 +326,7 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 	st.Manifest, st.ManifestSignature, st.Packages, st.Pending = raw, sig, m.Packages, nil
 	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateApplied(now, fingerprint(raw)))
 
-	res := UpdateResult{Applied: true}
+	var res UpdateResult
 	header := c.header
 	newKey := false
 	prevDEK := c.dek
