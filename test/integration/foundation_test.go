@@ -405,6 +405,13 @@ func TestUnreadableStateEntersRecovery(t *testing.T) {
 		if !strings.Contains(c.Logs(), "sealed data key is missing") {
 			t.Errorf("log does not say what happened:\n%s", c.Logs())
 		}
+		// The fixture has no RecoveryKeys: recovery is impossible, and says so.
+		r := do(t, hc, http.MethodPost, c.url("/api/v2/recover"),
+			map[string][]byte{"recoverySecret": make([]byte, 32), "recoverySecretSignature": []byte("sig")})
+		expect(t, r, http.StatusConflict, "fail")
+		if !strings.Contains(r.Message, "cannot be recovered") {
+			t.Errorf("message %q", r.Message)
+		}
 		dataAfter, _ := os.ReadFile(filepath.Join(c.sealDir, "sealed_data"))
 		if !bytes.Equal(dataBefore, dataAfter) {
 			t.Fatal("sealed_data changed in recovery mode")

@@ -234,7 +234,7 @@ func TestTwoUserManifestUpdate(t *testing.T) {
 }
 
 func TestThresholdTwoOfThree(t *testing.T) {
-	s := newUpdateSetup(t, 2, "carol")
+	s := newUpdateSetup(t, 2, "carol", "reader:dave")
 	next := s.newManifest(t, nil)
 	r := s.post(t, "alice", "/api/v2/update", next)
 	expect(t, r, http.StatusOK, "success")
@@ -243,6 +243,9 @@ func TestThresholdTwoOfThree(t *testing.T) {
 	if d.MissingAcknowledgments != 1 || fmt.Sprint(d.MissingUsers) != "[bob carol]" {
 		t.Fatalf("initiation: %s", r.Data)
 	}
+	// A manifest user without UpdateManifest may neither acknowledge nor cancel.
+	expect(t, s.post(t, "dave", "/api/v2/update-manifest", next), http.StatusForbidden, "fail")
+	expect(t, do(t, s.clients["dave"], http.MethodPost, s.c.url("/api/v2/update-cancel"), nil), http.StatusForbidden, "fail")
 	r = s.post(t, "carol", "/api/v2/update-manifest", next)
 	expect(t, r, http.StatusOK, "success")
 	decode(t, r, &d)
