@@ -56,6 +56,9 @@ type Options struct {
 	// EphemeralKeyBits is the size of the recovery ephemeral RSA key
 	// (default 4096).
 	EphemeralKeyBits int
+	// SecretLimits bound the secrets a manifest set or full update may
+	// generate (zero fields: no limit; see secrets.DefaultLimits).
+	SecretLimits secrets.Limits
 	// Rand and Now default to crypto/rand and time.Now.
 	Rand io.Reader
 	Now  func() time.Time
@@ -120,6 +123,11 @@ type sealedState struct {
 	UpdateLog []string
 	// Pending is the full manifest update waiting for acknowledgements.
 	Pending *pendingUpdate `json:",omitempty"`
+	// RecoverySecrets are the encrypted recovery secrets last handed out
+	// (at manifest set, or by the update that changed the recovery keys),
+	// kept so that a lost response can be fetched again. They are
+	// encrypted to the recovery keys' holders.
+	RecoverySecrets map[string][]byte `json:",omitempty"`
 }
 
 const stateFormat = 1
@@ -394,6 +402,9 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
+	if err := c.opts.SecretLimits.Check(m.Secrets); err != nil {
+		return nil, classify(ErrInvalidRequest, err)
+	}
 	to, err := next(s.state, eventManifestSet)
 	if err != nil {
 		return nil, err
@@ -439,6 +450,7 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 		Packages:          m.Packages,
 		Secrets:           generated,
 		UpdateLog:         []string{updatelog.ManifestSet(now)},
+		RecoverySecrets:   recoverySecrets,
 	}
 	if m.Config.SealMode == manifest.SealModeDisabled {
 		c.log.Warn("manifest sets SealMode Disabled: nothing is persisted; a restart starts over in state 2")

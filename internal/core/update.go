@@ -96,6 +96,9 @@ func (c *Core) Update(ctx context.Context, peer []*x509.Certificate, raw []byte)
 	if err := m.Validate(); err != nil {
 		return UpdateResult{}, err
 	}
+	if err := c.opts.SecretLimits.Check(m.Secrets); err != nil {
+		return UpdateResult{}, classify(ErrInvalidRequest, err)
+	}
 	required := s.users.WithAction(manifest.ActionUpdateManifest)
 	needed := int(s.manifest.Config.UpdateThreshold)
 	if needed == 0 {
@@ -337,6 +340,7 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 		}
 		header = sealHeader{Format: stateFormat, Recovery: pub}
 		c.dek, newKey, res.RecoverySecrets = dek, true, enc
+		st.RecoverySecrets = enc
 	}
 	if m.Config.SealMode != manifest.SealModeDisabled {
 		if err := c.commit(ctx, st, header, newKey); err != nil {

@@ -1,0 +1,43 @@
+package core
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"maps"
+
+	"github.com/quarry-cc/quarry/manifest"
+)
+
+// AuthenticateUser is the cheap check that runs before a request body is
+// read on the endpoints that need a user (decision D16): the Coordinator
+// must be running (else a *WrongStateError, 409) and the leaf of peer must
+// be a manifest user's certificate (else ErrUnauthenticated, 401). The use
+// case checks both again under its lock.
+func (c *Core) AuthenticateUser(peer []*x509.Certificate) error {
+	_, err := identify(c.snap.Load(), opUpdate, peer)
+	return err
+}
+
+// RecoverySecrets returns the encrypted recovery secrets last handed out
+// (by the manifest set, or by the update that last changed the recovery
+// keys) to a user holding UpdateManifest, so that a response lost on the
+// way can be fetched again. They are encrypted to the recovery keys'
+// holders and useless to anybody else.
+func (c *Core) RecoverySecrets(_ context.Context, peer []*x509.Certificate) (map[string][]byte, error) {
+	s := c.snap.Load()
+	u, err := identify(s, opUpdate, peer)
+	if err != nil {
+		return nil, err
+	}
+	if err := authorize(u, manifest.ActionUpdateManifest); err != nil {
+		return nil, err
+	}
+	if len(s.manifest.RecoveryKeys) == 0 {
+		return nil, classify(ErrNotFound, errors.New("the manifest defines no RecoveryKeys, so there are no recovery secrets"))
+	}
+	if len(s.persisted.RecoverySecrets) == 0 {
+		return nil, classify(ErrNotFound, errors.New("no recovery secrets are kept for this state (it was written by an earlier version of the Coordinator); a manifest update that changes the recovery keys makes new ones"))
+	}
+	return maps.Clone(s.persisted.RecoverySecrets), nil
+}
