@@ -184,27 +184,22 @@ func FromManifest(m *manifest.Manifest) (*Users, error) {
 	return us, nil
 }
 
-// Identify returns the user whose certificate is byte-equal (DER) to one of
-// the presented certificates: of the matching users, the first in name
-// order. There is no chain, expiry or key-usage check, as in MarbleRun. No
-// certificate, or none that matches, gives ErrUnauthenticated.
+// Identify returns the user whose certificate is byte-equal (DER) to the
+// leaf of the presented chain, peer[0]: of the users with that certificate,
+// the first in name order. Only the leaf counts (decision D14): TLS proves
+// possession of the leaf's private key alone, and user certificates are
+// public, so a user's certificate later in the chain proves nothing. There
+// is no chain, expiry or key-usage check, as in MarbleRun. No certificate,
+// or a leaf that matches nobody, gives ErrUnauthenticated whatever follows.
 func (us *Users) Identify(peer []*x509.Certificate) (*User, error) {
-	if us == nil {
+	if us == nil || len(peer) == 0 || peer[0] == nil {
 		return nil, ErrUnauthenticated
 	}
-	var found *User
-	for _, c := range peer {
-		if c == nil {
-			continue
-		}
-		if u, ok := us.byDER[string(c.Raw)]; ok && (found == nil || u.Name < found.Name) {
-			found = u
-		}
-	}
-	if found == nil {
+	u, ok := us.byDER[string(peer[0].Raw)]
+	if !ok {
 		return nil, ErrUnauthenticated
 	}
-	return found, nil
+	return u, nil
 }
 
 // Get returns the user called name.

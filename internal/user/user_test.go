@@ -92,7 +92,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{name: "no certificate", peer: nil, action: "ReadSecret", resources: []string{"a"}, wantAuthn: true},
 		{name: "nil certificate", peer: []*x509.Certificate{nil}, action: "ReadSecret", resources: []string{"a"}, wantAuthn: true},
 		{name: "unknown certificate", peer: []*x509.Certificate{f.outsider}, action: "ReadSecret", resources: []string{"a"}, wantAuthn: true},
-		{name: "user in a chain", peer: []*x509.Certificate{f.outsider, f.alice}, action: "ReadSecret", resources: []string{"a"}},
+		// Decision D14: only the leaf identifies; a user's public
+		// certificate later in the chain proves nothing.
+		{name: "user after an unknown leaf", peer: []*x509.Certificate{f.outsider, f.alice}, action: "ReadSecret", resources: []string{"a"}, wantAuthn: true},
+		{name: "user after a nil leaf", peer: []*x509.Certificate{nil, f.alice}, action: "ReadSecret", resources: []string{"a"}, wantAuthn: true},
+		{name: "user leaf with more in the chain", peer: []*x509.Certificate{f.alice, f.outsider}, action: "ReadSecret", resources: []string{"a"}},
 		{name: "user with the action", peer: []*x509.Certificate{f.alice}, action: "ReadSecret", resources: []string{"a"}},
 		{name: "union across roles", peer: []*x509.Certificate{f.alice}, action: "ReadSecret", resources: []string{"a", "b"}},
 		{name: "case-insensitive action", peer: []*x509.Certificate{f.alice}, action: "READSECRET", resources: []string{"b", "a"}},
@@ -183,8 +187,13 @@ func TestIdentifyFirstUserInNameOrder(t *testing.T) {
 		if err != nil || u.Name != "mike" {
 			t.Fatalf("Identify = %v, %v; want mike", u, err)
 		}
-		// Several users in the chain: the first in name order.
+		// Only the leaf counts (D14): the users of later certificates
+		// are ignored.
 		u, err = us.Identify([]*x509.Certificate{cert, other})
+		if err != nil || u.Name != "mike" {
+			t.Fatalf("Identify = %v, %v; want mike", u, err)
+		}
+		u, err = us.Identify([]*x509.Certificate{other, cert})
 		if err != nil || u.Name != "alpha" {
 			t.Fatalf("Identify = %v, %v; want alpha", u, err)
 		}
