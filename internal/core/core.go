@@ -71,10 +71,12 @@ type Core struct {
 	opts Options
 	log  *slog.Logger
 
-	mu      sync.Mutex // serialises state transactions
-	dataRev store.Revision
-	keyRev  store.Revision
-	dek     []byte // data key of the sealed state; nil until known
+	mu    sync.Mutex // serialises state transactions
+	vault vault      // the stored pair of sealed state and key file
+	// dek is the data key of the current state (kept in memory with
+	// SealMode Disabled too, so that turning sealing on later uses the key
+	// the recovery secrets were made for); nil until known.
+	dek []byte
 
 	// unreadable is the sealed blob found at start that could not be opened
 	// (recovery mode); it is kept for recovery and never overwritten.
@@ -159,6 +161,7 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 		opts.EphemeralKeyBits = 4096
 	}
 	c := &Core{opts: opts, log: opts.Logger}
+	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger}
 	snap, err := c.load(ctx)
 	if err != nil {
 		return nil, err
@@ -177,29 +180,23 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 
 // load reads the sealed state and decides the start state.
 func (c *Core) load(ctx context.Context) (*snapshot, error) {
-	blob, rev, err := c.opts.Data.Load(ctx)
+	blob, err := c.vault.loadBlob(ctx)
 	if errors.Is(err, store.ErrNotFound) {
+		if err := c.vault.setStrayKeyAside(ctx, c.asideSuffix("orphaned")); err != nil {
+			return nil, err
+		}
 		return c.fresh(eventStartFresh)
 	}
 	if err != nil {
 		return c.enterRecovery(nil, "the sealed state cannot be read", err)
 	}
-	c.dataRev = rev
 	hdr, err := decodeHeader(blob)
 	if err != nil {
 		return c.enterRecovery(blob, "the sealed state is corrupt", err)
 	}
-	sealedKey, keyRev, err := c.opts.Key.Load(ctx)
-	if errors.Is(err, store.ErrNotFound) {
-		return c.enterRecovery(blob, "the sealed data key is missing", err)
-	}
-	if err != nil {
-		return c.enterRecovery(blob, "the sealed data key cannot be read", err)
-	}
-	c.keyRev = keyRev
-	dek, err := c.opts.KeySealer.UnsealKey(sealedKey)
-	if err != nil {
-		return c.enterRecovery(blob, "the data key cannot be unsealed", err)
+	dek, err := c.vault.keyFor(ctx, blob)
+	if kp := (*keyProblem)(nil); errors.As(err, &kp) {
+		return c.enterRecovery(blob, kp.what, kp.cause)
 	}
 	_, plaintext, err := seal.Open(dek, blob)
 	if err != nil {
@@ -216,10 +213,16 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if snap.state, err = next(StateUninitialized, eventStartSealed); err != nil {
 		return nil, err
 	}
+	c.vault.opened(dek)
 	c.dek = dek
 	c.header = hdr
 	c.log.Info("sealed state loaded", "state", int(snap.state), "manifestFingerprint", snap.fingerprint)
 	return snap, nil
+}
+
+// asideSuffix names files moved or copied aside: what they are, and when.
+func (c *Core) asideSuffix(what string) string {
+	return what + "-" + c.opts.Now().UTC().Format("20060102T150405Z")
 }
 
 // fresh returns a new in-memory snapshot with new CAs, reached on e.
@@ -302,10 +305,12 @@ func (c *Core) issueQuote(ctx context.Context, a *ca.Authority, nonce []byte) ([
 	return q, nil
 }
 
-// commit seals st under the current data key and stores it: the sealed key
-// first when it is new, then the data with compare-and-swap. It returns only
-// when both are durable.
-func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, newKey bool) error {
+// commit seals st under dek with header and stores it (see vault: the
+// stored pair opens together at every instant). When it returns nil, or an
+// error for which stored is true, the new state is the stored one and dek
+// and header are the current ones: the caller must publish the new state
+// then (and report the error, if any). Callers hold mu.
+func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, dek []byte) error {
 	plaintext, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
@@ -314,27 +319,18 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, n
 	if err != nil {
 		return fmt.Errorf("encoding header: %w", err)
 	}
-	blob, err := seal.Seal(c.opts.Rand, c.dek, hdr, plaintext)
+	blob, err := seal.Seal(c.opts.Rand, dek, hdr, plaintext)
 	if err != nil {
 		return fmt.Errorf("sealing state: %w", err)
 	}
-	if newKey {
-		sealedKey, err := c.opts.KeySealer.SealKey(c.dek)
-		if err != nil {
-			return fmt.Errorf("sealing data key: %w", err)
-		}
-		rev, err := c.opts.Key.Save(ctx, sealedKey, c.keyRev)
-		if err != nil {
-			return fmt.Errorf("storing sealed data key: %w", err)
-		}
-		c.keyRev = rev
+	err = c.vault.commit(ctx, blob, dek)
+	if stored(err) {
+		c.dek, c.header = dek, header
 	}
-	rev, err := c.opts.Data.Save(ctx, blob, c.dataRev)
-	if err != nil {
-		return fmt.Errorf("storing sealed state: %w", err)
+	if err != nil && stored(err) {
+		c.log.Error("the state change is stored although the store reported an error", "error", err.Error())
 	}
-	c.dataRev = rev
-	return nil
+	return err
 }
 
 // Status returns the current state.
@@ -452,24 +448,24 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 		UpdateLog:         []string{updatelog.ManifestSet(now)},
 		RecoverySecrets:   recoverySecrets,
 	}
-	if m.Config.SealMode == manifest.SealModeDisabled {
-		c.log.Warn("manifest sets SealMode Disabled: nothing is persisted; a restart starts over in state 2")
-	} else {
-		if s.state == StateRecovery {
-			if err := c.moveAside(ctx); err != nil {
-				return nil, err
-			}
-		}
-		prevDEK := c.dek
-		c.dek = dek
-		if err := c.commit(ctx, st, header, true); err != nil {
-			c.dek = prevDEK
+	if s.state == StateRecovery {
+		// The unrecovered state is replaced: its key file is moved aside
+		// and its blob copied aside (never deleted) first.
+		moved, err := c.vault.replaceUnrecovered(ctx, c.asideSuffix("unrecovered"))
+		if err != nil {
 			return nil, err
 		}
-		c.header = header
+		c.log.Warn("a new manifest replaces the unrecovered state; the old files are kept", "keptAt", moved)
 	}
-	// The old state is replaced (its files were moved aside): recovery of
-	// it ends here, and only now that the new state is stored.
+	var err2 error
+	if m.Config.SealMode == manifest.SealModeDisabled {
+		c.log.Warn("manifest sets SealMode Disabled: nothing is persisted; a restart starts over in state 2")
+		c.dek, c.header = dek, header
+	} else if err2 = c.commit(ctx, st, header, dek); !stored(err2) {
+		return nil, err2
+	}
+	// The old state is replaced: recovery of it ends here, and only now
+	// that the new state is stored.
 	c.unreadable = nil
 	c.rec.stop()
 	c.snap.Store(&snapshot{
@@ -482,32 +478,5 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 		fingerprint: fingerprint(raw),
 	})
 	c.log.Info("manifest set", "manifestFingerprint", fingerprint(raw), "state", int(to), "recoveryMode", string(pub.Mode))
-	return recoverySecrets, nil
-}
-
-// moveAside moves the unreadable sealed files out of the way (never deleting
-// them) before a new manifest replaces the state.
-func (c *Core) moveAside(ctx context.Context) error {
-	suffix := "unrecovered-" + c.opts.Now().UTC().Format("20060102T150405Z")
-	for _, st := range []struct {
-		name string
-		s    store.Store
-		rev  *store.Revision
-	}{{"sealed state", c.opts.Data, &c.dataRev}, {"sealed data key", c.opts.Key, &c.keyRev}} {
-		mover, ok := st.s.(store.Mover)
-		if !ok {
-			return fmt.Errorf("the store of the %s cannot move the old state aside; refusing to overwrite it", st.name)
-		}
-		where, err := mover.MoveAside(ctx, suffix)
-		if errors.Is(err, store.ErrNotFound) {
-			*st.rev = ""
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("moving the old %s aside: %w", st.name, err)
-		}
-		*st.rev = ""
-		c.log.Warn("a new manifest replaces the unrecovered state; the old file was moved aside", "what", st.name, "movedTo", where)
-	}
-	return nil
+	return recoverySecrets, err2
 }

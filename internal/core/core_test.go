@@ -116,8 +116,8 @@ func TestFreshSetAndReload(t *testing.T) {
 	if c.Status() != StateAcceptingMarbles {
 		t.Fatalf("state after set %d", c.Status())
 	}
-	if len(load(t, s.key)) != seal.KeySize || load(t, s.data) == nil {
-		t.Fatal("state not persisted")
+	if entries, err := seal.DecodeKeyFile(load(t, s.key)); err != nil || len(entries) != 1 || load(t, s.data) == nil {
+		t.Fatalf("state not persisted (key file: %d entries, %v)", len(entries), err)
 	}
 	if _, err := c.SetManifest(context.Background(), []byte(minimalManifest)); !errors.Is(err, ErrWrongState) {
 		t.Fatalf("second set: %v", err)

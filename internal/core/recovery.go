@@ -218,18 +218,18 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	if snap.quote, err = c.issueQuote(ctx, snap.ca, nil); err != nil {
 		return err
 	}
-	prevDEK := c.dek
-	c.dek = key
-	if err := c.commit(ctx, st, hdr, true); err != nil {
-		c.dek = prevDEK
+	if err := c.vault.recovered(ctx, key, c.asideSuffix("unusable")); err != nil {
 		return err
 	}
-	c.header = hdr
+	err = c.commit(ctx, st, hdr, key)
+	if !stored(err) {
+		return err
+	}
 	c.unreadable = nil
 	c.rec.stop()
 	c.snap.Store(snap)
 	c.log.Info("recovery successful: the sealed state is restored and sealed again", "manifestFingerprint", snap.fingerprint)
-	return nil
+	return err
 }
 
 // sameRecoveryKeys checks that pub lists exactly the manifest's recovery

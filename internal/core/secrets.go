@@ -129,15 +129,16 @@ func (c *Core) UpdateLog(context.Context) ([]string, error) {
 // persist seals and stores st (under the current data key) unless the seal
 // mode is Disabled, then publishes a snapshot with it. Callers hold mu.
 func (c *Core) persist(ctx context.Context, s *snapshot, st *sealedState) error {
+	var err error
 	if s.manifest.Config.SealMode != manifest.SealModeDisabled {
-		if err := c.commit(ctx, st, c.header, false); err != nil {
+		if err = c.commit(ctx, st, c.header, c.dek); !stored(err) {
 			return err
 		}
 	}
 	next := *s
 	next.persisted = st
 	c.snap.Store(&next)
-	return nil
+	return err
 }
 
 // dryRun renders every Marble's parameters with the secrets that have a

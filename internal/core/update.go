@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/ca"
+	"github.com/quarry-cc/quarry/internal/recovery"
 	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/updatelog"
 	"github.com/quarry-cc/quarry/internal/user"
@@ -98,6 +99,9 @@ func (c *Core) Update(ctx context.Context, peer []*x509.Certificate, raw []byte)
 	}
 	if err := c.opts.SecretLimits.Check(m.Secrets); err != nil {
 		return UpdateResult{}, classify(ErrInvalidRequest, err)
+	}
+	if err := checkSealModeChange(s.manifest, m); err != nil {
+		return UpdateResult{}, err
 	}
 	required := s.users.WithAction(manifest.ActionUpdateManifest)
 	needed := int(s.manifest.Config.UpdateThreshold)
@@ -239,7 +243,7 @@ func (c *Core) AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, 
 		}
 		st.Pending = nil
 		res, err := c.applyFullUpdate(ctx, s, &st, m, raw)
-		if err != nil {
+		if !stored(err) {
 			c.cancelAfterFailedApply(ctx, s, fp, err)
 		}
 		return res, err
@@ -330,24 +334,21 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateApplied(now, fingerprint(raw)))
 
 	var res UpdateResult
-	header := c.header
-	newKey := false
-	prevDEK := c.dek
+	header, dek, newKey := c.header, c.dek, false
 	if manifest.RecoveryKeysChanged(s.manifest, m) {
-		dek, enc, pub, err := newRecoverySecrets(c.opts.Rand, m)
-		if err != nil {
+		var pub recovery.Public
+		if dek, res.RecoverySecrets, pub, err = newRecoverySecrets(c.opts.Rand, m); err != nil {
 			return UpdateResult{}, err
 		}
-		header = sealHeader{Format: stateFormat, Recovery: pub}
-		c.dek, newKey, res.RecoverySecrets = dek, true, enc
-		st.RecoverySecrets = enc
+		header, newKey = sealHeader{Format: stateFormat, Recovery: pub}, true
+		st.RecoverySecrets = res.RecoverySecrets
 	}
-	if m.Config.SealMode != manifest.SealModeDisabled {
-		if err := c.commit(ctx, st, header, newKey); err != nil {
-			c.dek = prevDEK
-			return UpdateResult{}, err
-		}
-		c.header = header
+	if m.Config.SealMode == manifest.SealModeDisabled {
+		// Only reachable from Disabled (Update refuses turning sealing
+		// off): nothing is stored, the key stays in memory.
+		c.dek, c.header = dek, header
+	} else if err = c.commit(ctx, st, header, dek); !stored(err) {
+		return UpdateResult{}, err
 	}
 	c.snap.Store(&snapshot{
 		state:       s.state,
@@ -359,7 +360,26 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 		fingerprint: fingerprint(raw),
 	})
 	c.log.Info("manifest updated", "manifestFingerprint", fingerprint(raw), "recoveryKeysChanged", newKey)
-	return res, nil
+	return res, err
+}
+
+// checkSealModeChange refuses an update that turns sealing off. The sealed
+// state on disk would then stay as it is, and the next restart would
+// silently bring back the state from before the update (docs/sealing.md).
+// Turning sealing on (from Disabled) and changing between ProductKey and
+// UniqueKey are allowed and take effect with the update.
+func checkSealModeChange(cur, next *manifest.Manifest) error {
+	if cur.Config.SealMode != manifest.SealModeDisabled && next.Config.SealMode == manifest.SealModeDisabled {
+		return classify(ErrInvalidRequest, fmt.Errorf("an update cannot change SealMode from %q to %q: the sealed state on disk would keep the state from before the update, and a restart would silently roll back to it; keep sealing on, or start a new deployment with SealMode Disabled", sealModeName(cur.Config.SealMode), manifest.SealModeDisabled))
+	}
+	return nil
+}
+
+func sealModeName(m string) string {
+	if m == "" {
+		return manifest.SealModeProductKey
+	}
+	return m
 }
 
 // updatedSecrets computes the secrets after a full update (behaviour.md

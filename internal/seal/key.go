@@ -3,25 +3,29 @@ package seal
 import "fmt"
 
 // KeySealer protects the data key at rest: SealKey returns the bytes to
-// store in the key file, UnsealKey recovers the data key from them. An error
-// from UnsealKey means the state cannot be opened here (the Coordinator then
-// enters recovery mode; it does not delete anything).
+// store in a key file entry, UnsealKey recovers the data key from them.
+// binding is the SHA-256 of the sealed blob the entry opens (see
+// EncodeKeyFile; nil for a legacy entry); a sealer that can authenticate
+// additional data binds the sealed key to it, so that a key only opens with
+// the blob it was sealed for. An error from UnsealKey means the state cannot
+// be opened here (the Coordinator then enters recovery mode; it does not
+// delete anything).
 type KeySealer interface {
-	SealKey(dek []byte) ([]byte, error)
-	UnsealKey(sealed []byte) ([]byte, error)
+	SealKey(dek, binding []byte) ([]byte, error)
+	UnsealKey(sealed, binding []byte) ([]byte, error)
 }
 
 // SimulationKeySealer is the KeySealer without an enclave: the sealed key IS
-// the raw 32-byte data key, as MarbleRun's no-enclave sealed_key file. In
-// simulation the key file is therefore unprotected: anyone who can read it
-// can decrypt the state. Sealing to the SGX seal key comes with enclave
-// support.
+// the raw 32-byte data key, as MarbleRun's no-enclave sealed_key file, and
+// the binding is not authenticated (the blob's own AES-GCM tag still fails
+// under a wrong key). In simulation the key file is therefore unprotected:
+// anyone who can read it can decrypt the state.
 type SimulationKeySealer struct{}
 
 var _ KeySealer = SimulationKeySealer{}
 
 // SealKey returns a copy of dek, which must be KeySize bytes (else ErrKeySize).
-func (SimulationKeySealer) SealKey(dek []byte) ([]byte, error) {
+func (SimulationKeySealer) SealKey(dek, _ []byte) ([]byte, error) {
 	if len(dek) != KeySize {
 		return nil, fmt.Errorf("%w: got %d bytes", ErrKeySize, len(dek))
 	}
@@ -29,8 +33,8 @@ func (SimulationKeySealer) SealKey(dek []byte) ([]byte, error) {
 }
 
 // UnsealKey returns a copy of sealed, which must be KeySize bytes; any other
-// length (an empty or damaged key file) gives ErrKeySize.
-func (SimulationKeySealer) UnsealKey(sealed []byte) ([]byte, error) {
+// length (an empty or damaged key) gives ErrKeySize.
+func (SimulationKeySealer) UnsealKey(sealed, _ []byte) ([]byte, error) {
 	if len(sealed) != KeySize {
 		return nil, fmt.Errorf("%w: sealed key has %d bytes", ErrKeySize, len(sealed))
 	}

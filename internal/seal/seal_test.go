@@ -317,7 +317,7 @@ func TestNewDataKey(t *testing.T) {
 func TestSimulationKeySealer(t *testing.T) {
 	var ks KeySealer = SimulationKeySealer{}
 	dek := seq(7, KeySize)
-	sealed, err := ks.SealKey(dek)
+	sealed, err := ks.SealKey(dek, nil)
 	if err != nil || !bytes.Equal(sealed, dek) {
 		t.Fatalf("SealKey = %x, %v; want the raw key", sealed, err)
 	}
@@ -325,15 +325,15 @@ func TestSimulationKeySealer(t *testing.T) {
 	if dek[0] != 7 {
 		t.Error("SealKey result aliases the key")
 	}
-	got, err := ks.UnsealKey(dek)
+	got, err := ks.UnsealKey(dek, nil)
 	if err != nil || !bytes.Equal(got, dek) {
 		t.Fatalf("UnsealKey = %x, %v", got, err)
 	}
 	for _, n := range []int{0, 1, 31, 33, 4096} {
-		if _, err := ks.UnsealKey(make([]byte, n)); !errors.Is(err, ErrKeySize) {
+		if _, err := ks.UnsealKey(make([]byte, n), nil); !errors.Is(err, ErrKeySize) {
 			t.Errorf("UnsealKey(%d bytes) error = %v, want ErrKeySize", n, err)
 		}
-		if _, err := ks.SealKey(make([]byte, n)); !errors.Is(err, ErrKeySize) {
+		if _, err := ks.SealKey(make([]byte, n), nil); !errors.Is(err, ErrKeySize) {
 			t.Errorf("SealKey(%d bytes) error = %v, want ErrKeySize", n, err)
 		}
 	}

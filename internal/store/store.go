@@ -35,3 +35,11 @@ type Store interface {
 type Mover interface {
 	MoveAside(ctx context.Context, suffix string) (string, error)
 }
+
+// Copier is an optional capability: CopyAside durably writes a copy of the
+// stored blob beside it (never overwriting anything) and returns a
+// description of where it went; the stored blob stays. It returns
+// ErrNotFound when no blob is stored.
+type Copier interface {
+	CopyAside(ctx context.Context, suffix string) (string, error)
+}

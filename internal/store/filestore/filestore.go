@@ -48,8 +48,9 @@ type Store struct {
 }
 
 var (
-	_ store.Store = (*Store)(nil)
-	_ store.Mover = (*Store)(nil)
+	_ store.Store  = (*Store)(nil)
+	_ store.Mover  = (*Store)(nil)
+	_ store.Copier = (*Store)(nil)
 )
 
 // New returns a Store for the file <dir>/<name>, creating dir with mode 0700
@@ -240,6 +241,56 @@ func (s *Store) MoveAside(ctx context.Context, suffix string) (string, error) {
 		return dst, nil
 	}
 	return "", fmt.Errorf("filestore: move aside: %s and %d numbered variants all exist", base, maxAside)
+}
+
+// CopyAside writes a copy of <name> to <name>.<suffix>, or to
+// <name>.<suffix>.1, .2, … if that exists (it never overwrites a file),
+// syncs it and the directory, and returns the copy's path. The original
+// stays. It returns store.ErrNotFound when the file does not exist.
+func (s *Store) CopyAside(ctx context.Context, suffix string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("filestore: copy aside: %w", err)
+	}
+	if err := checkName(s.name + "." + suffix); err != nil || suffix == "" || suffix == "." || suffix == ".." {
+		return "", fmt.Errorf("filestore: copy aside: bad suffix %q", suffix)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	blob, _, err := s.read()
+	if err != nil {
+		return "", err
+	}
+	if blob == nil {
+		return "", store.ErrNotFound
+	}
+	// Write to a temporary name, then link it to the first free name: the
+	// link fails instead of replacing an existing file.
+	tmp := s.path + tmpSuffix
+	if err := writeSynced(tmp, blob); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("filestore: copy aside: %w", err)
+	}
+	defer os.Remove(tmp)
+	base := s.path + "." + suffix
+	for i := 0; i <= maxAside; i++ {
+		dst := base
+		if i > 0 {
+			dst = base + "." + strconv.Itoa(i)
+		}
+		err := os.Link(tmp, dst)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("filestore: copy aside: %w", err)
+		}
+		if err := syncDir(s.dir); err != nil {
+			return "", fmt.Errorf("filestore: copy aside: %w", err)
+		}
+		return dst, nil
+	}
+	return "", fmt.Errorf("filestore: copy aside: %s and %d numbered variants all exist", base, maxAside)
 }
 
 // renameNoReplace renames src to dst unless dst exists, and reports whether

@@ -24,8 +24,9 @@ type Store struct {
 }
 
 var (
-	_ store.Store = (*Store)(nil)
-	_ store.Mover = (*Store)(nil)
+	_ store.Store  = (*Store)(nil)
+	_ store.Mover  = (*Store)(nil)
+	_ store.Copier = (*Store)(nil)
 )
 
 // New returns an empty Store.
@@ -88,7 +89,30 @@ func (s *Store) MoveAside(ctx context.Context, suffix string) (string, error) {
 	return where, nil
 }
 
-// Aside returns a copy of the blob that MoveAside moved to where.
+// CopyAside copies the stored blob to "memory:<suffix>" (numbered like
+// MoveAside) and returns the location; the blob stays stored. It returns
+// store.ErrNotFound when nothing is stored.
+func (s *Store) CopyAside(ctx context.Context, suffix string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("memstore: copy aside: %w", err)
+	}
+	if suffix == "" {
+		return "", errors.New("memstore: copy aside: empty suffix")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.blob == nil {
+		return "", store.ErrNotFound
+	}
+	where := "memory:" + suffix
+	for i := 1; s.aside[where] != nil; i++ {
+		where = "memory:" + suffix + "." + strconv.Itoa(i)
+	}
+	s.aside[where] = append([]byte{}, s.blob...)
+	return where, nil
+}
+
+// Aside returns a copy of the blob that MoveAside or CopyAside put at where.
 func (s *Store) Aside(where string) ([]byte, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
