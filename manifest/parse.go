@@ -30,11 +30,18 @@ const (
 // most 49 decimal digits.
 const maxCertDigits = 1000
 
-// Parse decodes a manifest from JSON exactly as MarbleRun's Coordinator does:
+// Parse decodes a manifest from JSON as MarbleRun's Coordinator does:
 // member names match case-insensitively, unknown members are ignored and
 // trailing data is rejected. Empty input and a top-level null are errors.
-// File values are decoded from their Encoding (see File). Every error has the
-// text "unmarshaling manifest: <cause>" and wraps ErrInvalid.
+// File values are decoded from their Encoding (see File). Unlike MarbleRun,
+// Parse refuses an object that has a member twice, at any depth: two keys
+// that decode into the same struct field (equal under Unicode simple case
+// folding, like "Packages" and "packages"), or two equal keys anywhere else
+// (map keys such as package and secret names are case-sensitive, so "app"
+// and "App" are two entries). The error names the key and the object, e.g.
+// `duplicate key "SignerID" (also spelled "signerid") at $.Packages.backend`.
+// Every error has the text "unmarshaling manifest: <cause>" and wraps
+// ErrInvalid.
 //
 // Parse checks only the JSON shape; call Validate for the manifest rules.
 func Parse(raw []byte) (*Manifest, error) {
@@ -43,6 +50,9 @@ func Parse(raw []byte) (*Manifest, error) {
 	}
 	var m Manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, &parseError{err}
+	}
+	if err := checkDuplicateKeys(raw); err != nil {
 		return nil, &parseError{err}
 	}
 	return &m, nil
