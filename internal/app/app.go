@@ -19,6 +19,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/config"
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/server/rest"
 	"github.com/quarry-cc/quarry/internal/store/filestore"
 )
@@ -29,8 +30,19 @@ const (
 	SealedKeyFile  = "sealed_key"
 )
 
-// shutdownTimeout bounds the graceful shutdown.
-const shutdownTimeout = 10 * time.Second
+// Timeouts of the Client API.
+const (
+	// shutdownTimeout bounds the graceful shutdown.
+	shutdownTimeout = 10 * time.Second
+	// writeTimeout bounds the reading of a request's body, its handling and
+	// the writing of its answer.
+	writeTimeout = 2 * time.Minute
+	// requestTimeout is the deadline of a request's context: shorter than
+	// writeTimeout, so that the Coordinator abandons a use case (and stores
+	// nothing) while its answer can still be written, instead of storing a
+	// state whose answer never arrives.
+	requestTimeout = writeTimeout - 15*time.Second
+)
 
 // App is a configured Coordinator ready to run.
 type App struct {
@@ -89,9 +101,13 @@ func (a *App) init(ctx context.Context) error {
 
 		RecoveryTimeout:   a.cfg.RecoveryTimeout,
 		AllowQuoteFailure: a.cfg.DevMode,
+		SecretLimits:      secrets.Limits{MaxSecrets: a.cfg.MaxSecrets, MaxWork: a.cfg.MaxSecretGeneration},
 	})
 	if err != nil {
 		return err
+	}
+	if a.cfg.EnableV1Recover {
+		a.log.Warn("the unprefixed v1 POST /recover is enabled: it accepts recovery secrets without a signature (QUARRY_ENABLE_V1_RECOVER)")
 	}
 	if a.cfg.PrometheusAddr != "" {
 		a.log.Warn("EDG_COORDINATOR_PROMETHEUS_ADDR is set, but this Coordinator does not serve metrics yet; ignoring it")
@@ -141,13 +157,18 @@ func (a *App) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("client API: %w", err)
 	}
-	handler := rest.New(a.core, rest.Options{MaxManifestBytes: a.cfg.MaxManifestBytes, Logger: a.log})
+	handler := rest.New(a.core, rest.Options{
+		MaxManifestBytes: a.cfg.MaxManifestBytes,
+		EnableV1Recover:  a.cfg.EnableV1Recover,
+		RequestTimeout:   requestTimeout,
+		Logger:           a.log,
+	})
 	srv := &http.Server{
 		Handler:           handler,
 		TLSConfig:         rest.TLSConfig(a.core.TLSCertificate),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,
-		WriteTimeout:      2 * time.Minute,
+		WriteTimeout:      writeTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), a.cfg.HTTPErrorLogLevel),

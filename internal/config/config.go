@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quarry-cc/quarry/internal/secrets"
 )
 
 // Defaults (behaviour.md §12).
@@ -27,6 +29,18 @@ const (
 	DefaultMaxManifestBytes = 8 << 20
 	DefaultRecoveryTimeout  = 30 * time.Minute
 	DefaultGramineDir       = "/dev/attestation"
+	// DefaultMaxSecrets and DefaultMaxSecretGeneration bound the secrets
+	// one manifest set or update generates (secrets.DefaultLimits).
+	DefaultMaxSecrets          = secrets.DefaultMaxSecrets
+	DefaultMaxSecretGeneration = secrets.DefaultMaxWork
+)
+
+// Upper bounds of the secret generation limits: larger values are surely
+// typing mistakes (and no request runs longer than the Client API's request
+// deadline anyway).
+const (
+	maxMaxSecrets          = 1_000_000
+	maxMaxSecretGeneration = time.Hour
 )
 
 // Attestation modes: how the Coordinator obtains its quotes.
@@ -71,6 +85,15 @@ type Config struct {
 	// RecoveryTimeout is how long uploaded recovery shares wait for the
 	// rest of their round (0: no expiry).
 	RecoveryTimeout time.Duration
+	// EnableV1Recover serves the unprefixed POST /recover, which carries
+	// no signature over the recovery secret (decision D11); off by default.
+	EnableV1Recover bool
+	// MaxSecrets is the most secrets a manifest may define (0: no limit).
+	MaxSecrets int
+	// MaxSecretGeneration is the most estimated single-core time the
+	// secrets of one manifest set or update may take to generate (0: no
+	// limit).
+	MaxSecretGeneration time.Duration
 
 	// Attestation is AttestationSimulation, AttestationGramine or
 	// AttestationAuto. OE_SIMULATION=1 turns auto into simulation.
@@ -114,6 +137,8 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		c                          Config
 		dnsNames, errLevel, maxMan string
 		debug, dev, recTimeout     string
+		v1Recover, maxSecrets      string
+		maxSecretGen               string
 		oeSimulation               = getenv("OE_SIMULATION")
 	)
 	fs.StringVar(&c.ClientAddr, "client-addr", env("EDG_COORDINATOR_CLIENT_ADDR", DefaultClientAddr),
@@ -138,6 +163,13 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"largest accepted manifest (set, update, acknowledge), in bytes [QUARRY_MAX_MANIFEST_SIZE]")
 	fs.StringVar(&recTimeout, "recovery-timeout", env("QUARRY_RECOVERY_TIMEOUT", DefaultRecoveryTimeout.String()),
 		"how long uploaded recovery shares wait for the rest of their round, e.g. 30m; 0 disables expiry [QUARRY_RECOVERY_TIMEOUT]")
+	v1Recover = env("QUARRY_ENABLE_V1_RECOVER", "0")
+	fs.Var((*switchFlag)(&v1Recover), "enable-v1-recover",
+		"serve the unprefixed v1 POST /recover (--enable-v1-recover, or =1 / =0). Off by default because it carries no signature over the recovery secret, so it does not prove that the uploader holds the recovery key as /api/v2/recover does; enable it only for old clients [QUARRY_ENABLE_V1_RECOVER]")
+	fs.StringVar(&maxSecrets, "max-secrets", env("QUARRY_MAX_SECRETS", strconv.Itoa(DefaultMaxSecrets)),
+		"most secrets a manifest may define; 0 for no limit [QUARRY_MAX_SECRETS]")
+	fs.StringVar(&maxSecretGen, "max-secret-generation", env("QUARRY_MAX_SECRET_GENERATION", DefaultMaxSecretGeneration.String()),
+		"most estimated CPU time (one core) that generating the secrets of one manifest set or update may take, e.g. 60s; 0 for no limit [QUARRY_MAX_SECRET_GENERATION]")
 	fs.StringVar(&c.Attestation, "attestation", env("QUARRY_ATTESTATION", AttestationSimulation),
 		"how the Coordinator obtains its quotes: simulation (none: quote null), gramine (/dev/attestation), or auto (gramine when its attestation type is dcap, else simulation); OE_SIMULATION=1 means simulation [QUARRY_ATTESTATION]")
 	fs.StringVar(&c.GramineDir, "gramine-dir", env("QUARRY_GRAMINE_ATTESTATION_DIR", DefaultGramineDir),
@@ -181,6 +213,19 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		errs = append(errs, fmt.Errorf("recovery-timeout [QUARRY_RECOVERY_TIMEOUT]: %q is not a duration such as 30m or 0", recTimeout))
 	} else {
 		c.RecoveryTimeout = d
+	}
+	if c.EnableV1Recover, err = parseBool("enable-v1-recover", "QUARRY_ENABLE_V1_RECOVER", v1Recover); err != nil {
+		errs = append(errs, err)
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(maxSecrets)); err != nil || n < 0 || n > maxMaxSecrets {
+		errs = append(errs, fmt.Errorf("max-secrets [QUARRY_MAX_SECRETS]: %q is not a count between 0 (no limit) and %d", maxSecrets, maxMaxSecrets))
+	} else {
+		c.MaxSecrets = n
+	}
+	if d, err := time.ParseDuration(strings.TrimSpace(maxSecretGen)); err != nil || d < 0 || d > maxMaxSecretGeneration {
+		errs = append(errs, fmt.Errorf("max-secret-generation [QUARRY_MAX_SECRET_GENERATION]: %q is not a duration between 0 (no limit) and 1h, such as 60s", maxSecretGen))
+	} else {
+		c.MaxSecretGeneration = d
 	}
 	if c.OESimulation, err = parseBool("OE_SIMULATION", "OE_SIMULATION", oeSimulation); err != nil {
 		errs = append(errs, errors.New(`OE_SIMULATION: `+strconv.Quote(oeSimulation)+` is not 1 or 0`))
@@ -292,6 +337,14 @@ func parseBool(flagName, env, v string) (bool, error) {
 	}
 	return false, fmt.Errorf("%s [%s]: %q is not 1 or 0", flagName, env, v)
 }
+
+// switchFlag is an on/off flag that may be given alone (--flag, meaning 1)
+// or with a value (--flag=0); the value is checked by parseBool.
+type switchFlag string
+
+func (f *switchFlag) String() string     { return string(*f) }
+func (f *switchFlag) Set(v string) error { *f = switchFlag(v); return nil }
+func (f *switchFlag) IsBoolFlag() bool   { return true }
 
 func knownLevel(s string) bool {
 	switch strings.ToLower(s) {

@@ -31,6 +31,9 @@ func TestDefaults(t *testing.T) {
 		RecoveryTimeout:   30 * time.Minute,
 		Attestation:       "simulation",
 		GramineDir:        "/dev/attestation",
+
+		MaxSecrets:          10_000,
+		MaxSecretGeneration: 60 * time.Second,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
@@ -93,6 +96,13 @@ func TestInvalid(t *testing.T) {
 		{"pccs url with query", nil, []string{"--pccs-url", "https://pccs.example/?x=1"}, "pccs-url"},
 		{"missing root", nil, []string{"--sgx-root-ca", "/nonexistent/root.pem"}, "sgx-root-ca [QUARRY_SGX_ROOT_CA]"},
 		{"root is a directory", nil, []string{"--sgx-root-ca", "."}, "is a directory"},
+		{"bad v1 recover switch", map[string]string{"QUARRY_ENABLE_V1_RECOVER": "on"}, nil, "enable-v1-recover [QUARRY_ENABLE_V1_RECOVER]"},
+		{"bad max secrets", map[string]string{"QUARRY_MAX_SECRETS": "many"}, nil, "max-secrets [QUARRY_MAX_SECRETS]"},
+		{"negative max secrets", nil, []string{"--max-secrets", "-1"}, "max-secrets [QUARRY_MAX_SECRETS]"},
+		{"huge max secrets", nil, []string{"--max-secrets", "1000001"}, "max-secrets [QUARRY_MAX_SECRETS]"},
+		{"bad max secret generation", map[string]string{"QUARRY_MAX_SECRET_GENERATION": "60"}, nil, "max-secret-generation [QUARRY_MAX_SECRET_GENERATION]"},
+		{"negative max secret generation", nil, []string{"--max-secret-generation", "-1s"}, "max-secret-generation"},
+		{"huge max secret generation", nil, []string{"--max-secret-generation", "2h"}, "max-secret-generation"},
 		{"unknown flag", nil, []string{"--nope"}, "flag provided but not defined"},
 		{"argument", nil, []string{"extra"}, "unexpected argument"},
 	} {
@@ -162,9 +172,39 @@ func TestHelp(t *testing.T) {
 	for _, want := range []string{"EDG_COORDINATOR_CLIENT_ADDR", "EDG_COORDINATOR_MESH_ADDR", "EDG_COORDINATOR_DNS_NAMES",
 		"EDG_COORDINATOR_SEAL_DIR", "EDG_DEBUG_LOGGING", "EDG_STARTUP_MANIFEST", "-client-addr", "-seal-dir",
 		"QUARRY_ATTESTATION", "QUARRY_GRAMINE_ATTESTATION_DIR", "QUARRY_COLLATERAL_FILE", "QUARRY_PCCS_URL", "QUARRY_SGX_ROOT_CA",
-		"-collateral-file", "-pccs-url", "-sgx-root-ca", "-attestation", "-gramine-dir"} {
+		"-collateral-file", "-pccs-url", "-sgx-root-ca", "-attestation", "-gramine-dir",
+		"-enable-v1-recover", "QUARRY_ENABLE_V1_RECOVER", "carries no signature",
+		"-max-secrets", "QUARRY_MAX_SECRETS", "-max-secret-generation", "QUARRY_MAX_SECRET_GENERATION"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %s", want)
 		}
+	}
+}
+
+func TestHardeningSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want func(Config) bool
+	}{
+		{"v1 recover off by default", nil, nil, func(c Config) bool { return !c.EnableV1Recover }},
+		{"v1 recover from the environment", map[string]string{"QUARRY_ENABLE_V1_RECOVER": "1"}, nil, func(c Config) bool { return c.EnableV1Recover }},
+		{"v1 recover flag wins", map[string]string{"QUARRY_ENABLE_V1_RECOVER": "1"}, []string{"--enable-v1-recover=0"}, func(c Config) bool { return !c.EnableV1Recover }},
+		{"v1 recover flag alone", nil, []string{"--enable-v1-recover"}, func(c Config) bool { return c.EnableV1Recover }},
+		{"secret limits", map[string]string{"QUARRY_MAX_SECRETS": "50", "QUARRY_MAX_SECRET_GENERATION": "90s"}, nil,
+			func(c Config) bool { return c.MaxSecrets == 50 && c.MaxSecretGeneration == 90*time.Second }},
+		{"no secret limits", nil, []string{"--max-secrets", "0", "--max-secret-generation", "0"},
+			func(c Config) bool { return c.MaxSecrets == 0 && c.MaxSecretGeneration == 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(envOf(tc.env), tc.args, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.want(c) {
+				t.Fatalf("config = %+v", c)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"crypto/tls"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -82,4 +83,67 @@ func TestLeafOnlyIdentifiesUser(t *testing.T) {
 	// The user's own leaf, followed by anything, still works.
 	chain := tls.Certificate{Certificate: [][]byte{alice.Certificate[0], f.users["bob"].cert.Certificate[0]}, PrivateKey: alice.PrivateKey}
 	getSecrets(t, c, c.client(nil, &chain), "symkey")
+}
+
+// TestV1RecoverOffByDefault: in recovery mode the unsigned v1 recover is
+// refused with 403 naming the setting (D11); the state stays in recovery,
+// and the signed v2 recover still works.
+func TestV1RecoverOffByDefault(t *testing.T) {
+	s := newRecoverySetup(t, 1, 0)
+	s.breakKey(t)
+	anon := s.c.client(nil, nil)
+	r := do(t, anon, http.MethodPost, s.c.url("/recover"), toInts(s.secrets["key1"]))
+	expectV1(t, r, http.StatusForbidden, "error")
+	for _, want := range []string{"--enable-v1-recover", "QUARRY_ENABLE_V1_RECOVER=1", "/api/v2/recover", "signature"} {
+		if !strings.Contains(r.Message, want) {
+			t.Errorf("message %q does not contain %q", r.Message, want)
+		}
+	}
+	expectState(t, s.c, anon, 1, msgRecovery)
+	s.upload(t, "key1", 0)
+	s.checkRecovered(t)
+}
+
+// TestNewSettingsOnTheCommandLine: the new settings appear in --help (the
+// v1 recover switch with its reason), bad values stop the Coordinator with
+// exit code 2 naming the setting, and the secret limits reach the core.
+func TestNewSettingsOnTheCommandLine(t *testing.T) {
+	out, err := exec.Command(coordinatorBin, "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("--help: %v", err)
+	}
+	for _, want := range []string{"-enable-v1-recover", "QUARRY_ENABLE_V1_RECOVER", "carries no signature",
+		"-max-secrets", "QUARRY_MAX_SECRETS", "-max-secret-generation", "QUARRY_MAX_SECRET_GENERATION"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("--help does not mention %q", want)
+		}
+	}
+	for _, tc := range []struct{ env, want string }{
+		{"QUARRY_ENABLE_V1_RECOVER=yes", "enable-v1-recover [QUARRY_ENABLE_V1_RECOVER]"},
+		{"QUARRY_MAX_SECRETS=-3", "max-secrets [QUARRY_MAX_SECRETS]"},
+		{"QUARRY_MAX_SECRET_GENERATION=forever", "max-secret-generation [QUARRY_MAX_SECRET_GENERATION]"},
+	} {
+		code, log := runCoordinatorOnce(t, tc.env)
+		if code != 2 || !strings.Contains(log, tc.want) {
+			t.Errorf("%s: exit %d, want 2 naming %q\n%s", tc.env, code, tc.want, log)
+		}
+	}
+
+	c := startCoordinator(t, "", "QUARRY_MAX_SECRETS=2")
+	r := setManifest(t, c, c.client(nil, nil), newFixture(t).bytes(t)) // three secrets
+	expect(t, r, http.StatusBadRequest, "fail")
+	if !strings.Contains(r.Message, "at most 2 (QUARRY_MAX_SECRETS)") {
+		t.Fatalf("message %q", r.Message)
+	}
+	c = startCoordinator(t, "", "QUARRY_MAX_SECRET_GENERATION=1ms")
+	f := newFixture(t)
+	f.set("Secrets.rsa", map[string]any{"Type": "cert-rsa", "Size": 2048, "Shared": true})
+	r = setManifest(t, c, c.client(nil, nil), f.bytes(t))
+	expect(t, r, http.StatusBadRequest, "fail")
+	if !strings.Contains(r.Message, "QUARRY_MAX_SECRET_GENERATION") {
+		t.Fatalf("message %q", r.Message)
+	}
+	// Without limits the same manifest is accepted.
+	c = startCoordinator(t, "", "QUARRY_MAX_SECRETS=0", "QUARRY_MAX_SECRET_GENERATION=0")
+	expect(t, setManifest(t, c, c.client(nil, nil), f.bytes(t)), http.StatusOK, "success")
 }

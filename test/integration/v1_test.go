@@ -171,12 +171,17 @@ func TestV1Endpoints(t *testing.T) {
 	}
 	checkManifest(t, c, c.client(root, nil), root, next)
 
-	// Recovery through v1: the plain secret as a JSON array of bytes (D11).
-	expectV1(t, do(t, anon, http.MethodPost, c.url("/recover"), toInts(secret)), http.StatusConflict, "error")
+	// Recovery through v1 is off by default (D11): 403 naming the setting.
+	r = do(t, anon, http.MethodPost, c.url("/recover"), toInts(secret))
+	expectV1(t, r, http.StatusForbidden, "error")
+	if !strings.Contains(r.Message, "QUARRY_ENABLE_V1_RECOVER=1") || !strings.Contains(r.Message, "--enable-v1-recover") {
+		t.Fatalf("v1 recover disabled: message %q does not name the setting", r.Message)
+	}
 }
 
 func TestV1Recover(t *testing.T) {
 	s := newRecoverySetup(t, 2, 0)
+	s.c.env = append(s.c.env, "QUARRY_ENABLE_V1_RECOVER=1") // D11: off by default
 	s.breakKey(t)
 	anon := s.c.client(nil, nil)
 	for i, name := range []string{"key1", "key2"} {
@@ -221,7 +226,7 @@ func TestV2ChangesSeenThroughV1(t *testing.T) {
 }
 
 func TestV1NeverFails(t *testing.T) {
-	c := startCoordinator(t, "", "QUARRY_MAX_MANIFEST_SIZE=4096")
+	c := startCoordinator(t, "", "QUARRY_MAX_MANIFEST_SIZE=4096", "QUARRY_ENABLE_V1_RECOVER=1")
 	stranger, _ := newUserCert(t, "stranger")
 	sc := c.client(nil, &stranger)
 	anon := c.client(nil, nil)

@@ -18,6 +18,12 @@ var (
 	errUnknownPath = errors.New("unknown path")
 	errBadMethod   = errors.New("method not allowed")
 	errPanic       = errors.New("internal error")
+	// errBusy: the memory reserved for request bodies is taken by other
+	// large requests (decision D16).
+	errBusy = &unavailableError{
+		msg:        "the Coordinator is busy with other large requests; retry in a moment",
+		retryAfter: 1,
+	}
 )
 
 // bodyError is a problem with the request body or query (400, or 413 when
@@ -29,36 +35,76 @@ type bodyError struct {
 
 func (e *bodyError) Error() string { return e.msg }
 
+// disabledError is a request for a feature the operator has switched off
+// (403); the message says which setting switches it on.
+type disabledError struct{ msg string }
+
+func (e *disabledError) Error() string { return e.msg }
+
+// unavailableError is a request the Coordinator cannot serve now but may
+// later (503, with Retry-After in seconds): not the client's mistake, and
+// not a failure whose cause must be hidden.
+type unavailableError struct {
+	msg        string
+	retryAfter int
+	err        error // the cause, if any (logged, not shown)
+}
+
+func (e *unavailableError) Error() string { return e.msg }
+func (e *unavailableError) Unwrap() error { return e.err }
+
 // failData is an error that carries the data object of a fail response.
 type failData interface {
 	error
 	FailData() any
 }
 
-// statusOf maps an error to its HTTP status and whether the client caused it
-// (decision D1). It is the only error→status map.
-func statusOf(err error) (int, bool) {
-	var be *bodyError
+// class is who caused a failure, which decides how it is rendered.
+type class int
+
+const (
+	// classInternal: the service failed (500 error); the client gets a
+	// generic message with the request ID, the log gets the cause.
+	classInternal class = iota
+	// classClient: the client's mistake (4xx; v2 fail) with its message.
+	classClient
+	// classUnavailable: the Coordinator is busy or out of time (503
+	// error with the message and Retry-After).
+	classUnavailable
+)
+
+// statusOf maps an error to its HTTP status and its class (decision D1).
+// It is the only error→status map.
+func statusOf(err error) (int, class) {
+	var (
+		be *bodyError
+		de *disabledError
+		ue *unavailableError
+	)
 	switch {
+	case errors.As(err, &ue):
+		return http.StatusServiceUnavailable, classUnavailable
 	case errors.As(err, &be):
 		if be.tooLarge {
-			return http.StatusRequestEntityTooLarge, true
+			return http.StatusRequestEntityTooLarge, classClient
 		}
-		return http.StatusBadRequest, true
+		return http.StatusBadRequest, classClient
+	case errors.As(err, &de):
+		return http.StatusForbidden, classClient
 	case errors.Is(err, manifest.ErrInvalid), errors.Is(err, core.ErrInvalidRequest):
-		return http.StatusBadRequest, true
+		return http.StatusBadRequest, classClient
 	case errors.Is(err, core.ErrUnauthenticated):
-		return http.StatusUnauthorized, true
+		return http.StatusUnauthorized, classClient
 	case errors.Is(err, core.ErrForbidden):
-		return http.StatusForbidden, true
+		return http.StatusForbidden, classClient
 	case errors.Is(err, errUnknownPath), errors.Is(err, core.ErrNotFound):
-		return http.StatusNotFound, true
+		return http.StatusNotFound, classClient
 	case errors.Is(err, errBadMethod):
-		return http.StatusMethodNotAllowed, true
+		return http.StatusMethodNotAllowed, classClient
 	case errors.Is(err, core.ErrWrongState), errors.Is(err, core.ErrConflict):
-		return http.StatusConflict, true
+		return http.StatusConflict, classClient
 	}
-	return http.StatusInternalServerError, false
+	return http.StatusInternalServerError, classInternal
 }
 
 // dataOf returns the data object of a fail response for err, if any.
@@ -109,17 +155,25 @@ func (r renderer) write(w http.ResponseWriter, req *http.Request, data any, err 
 			body = jsend.Response[any]{Status: jsend.StatusSuccess, Data: data}
 		}
 	} else {
-		var client bool
-		status, client = statusOf(err)
+		var cl class
+		status, cl = statusOf(err)
 		msg := err.Error()
-		if !client {
+		switch cl {
+		case classInternal:
 			r.log.Error("request failed", "requestID", requestID(req.Context()), "error", err.Error())
 			msg = "internal error (request ID " + requestID(req.Context()) + "); see the Coordinator's log"
+		case classUnavailable:
+			var ue *unavailableError
+			errors.As(err, &ue)
+			if ue.err != nil {
+				r.log.Warn("request abandoned", "requestID", requestID(req.Context()), "error", ue.err.Error())
+			}
+			w.Header().Set("Retry-After", strconv.Itoa(max(ue.retryAfter, 1)))
 		}
 		switch {
 		case r.v1:
 			body = jsend.V1Response[any]{Status: jsend.StatusError, Message: msg}
-		case client:
+		case cl == classClient:
 			body = jsend.Response[any]{Status: jsend.StatusFail, Data: dataOf(err), Message: msg}
 		default:
 			body = jsend.Response[any]{Status: jsend.StatusError, Message: msg}

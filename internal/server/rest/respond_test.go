@@ -2,6 +2,7 @@ package rest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,26 +28,30 @@ func TestStatusOf(t *testing.T) {
 	for _, tc := range []struct {
 		err    error
 		status int
-		client bool
+		class  class
 	}{
-		{&bodyError{msg: "x"}, http.StatusBadRequest, true},
-		{&bodyError{msg: "x", tooLarge: true}, http.StatusRequestEntityTooLarge, true},
-		{parseErr, http.StatusBadRequest, true},
-		{&manifest.ValidationError{Message: "m"}, http.StatusBadRequest, true},
-		{classified{core.ErrInvalidRequest, errors.New("x")}, http.StatusBadRequest, true},
-		{classified{core.ErrUnauthenticated, errors.New("x")}, http.StatusUnauthorized, true},
-		{classified{core.ErrForbidden, errors.New("x")}, http.StatusForbidden, true},
-		{classified{core.ErrNotFound, errors.New("x")}, http.StatusNotFound, true},
-		{fmt.Errorf("%w: /x", errUnknownPath), http.StatusNotFound, true},
-		{fmt.Errorf("%w: POST /x", errBadMethod), http.StatusMethodNotAllowed, true},
-		{&core.WrongStateError{State: core.StateAcceptingManifest, Op: "x"}, http.StatusConflict, true},
-		{classified{core.ErrConflict, errors.New("x")}, http.StatusConflict, true},
-		{errors.New("disk on fire"), http.StatusInternalServerError, false},
-		{errPanic, http.StatusInternalServerError, false},
+		{&bodyError{msg: "x"}, http.StatusBadRequest, classClient},
+		{&bodyError{msg: "x", tooLarge: true}, http.StatusRequestEntityTooLarge, classClient},
+		{parseErr, http.StatusBadRequest, classClient},
+		{&manifest.ValidationError{Message: "m"}, http.StatusBadRequest, classClient},
+		{classified{core.ErrInvalidRequest, errors.New("x")}, http.StatusBadRequest, classClient},
+		{classified{core.ErrUnauthenticated, errors.New("x")}, http.StatusUnauthorized, classClient},
+		{classified{core.ErrForbidden, errors.New("x")}, http.StatusForbidden, classClient},
+		{classified{core.ErrNotFound, errors.New("x")}, http.StatusNotFound, classClient},
+		{fmt.Errorf("%w: /x", errUnknownPath), http.StatusNotFound, classClient},
+		{fmt.Errorf("%w: POST /x", errBadMethod), http.StatusMethodNotAllowed, classClient},
+		{&core.WrongStateError{State: core.StateAcceptingManifest, Op: "x"}, http.StatusConflict, classClient},
+		{classified{core.ErrConflict, errors.New("x")}, http.StatusConflict, classClient},
+		{errors.New("disk on fire"), http.StatusInternalServerError, classInternal},
+		{errPanic, http.StatusInternalServerError, classInternal},
+		{&disabledError{msg: "off"}, http.StatusForbidden, classClient},
+		{errBusy, http.StatusServiceUnavailable, classUnavailable},
+		{&unavailableError{msg: "late", err: context.DeadlineExceeded}, http.StatusServiceUnavailable, classUnavailable},
+		{context.DeadlineExceeded, http.StatusInternalServerError, classInternal},
 	} {
-		status, client := statusOf(tc.err)
-		if status != tc.status || client != tc.client {
-			t.Errorf("statusOf(%v) = %d, %v; want %d, %v", tc.err, status, client, tc.status, tc.client)
+		status, class := statusOf(tc.err)
+		if status != tc.status || class != tc.class {
+			t.Errorf("statusOf(%v) = %d, %v; want %d, %v", tc.err, status, class, tc.status, tc.class)
 		}
 	}
 }
@@ -72,6 +77,9 @@ func TestRendererEnvelopes(t *testing.T) {
 		{"v1 success", v1, "text", nil, 200, `{"Status":"success","Data":"text"}`},
 		{"v1 encoded", v1, encoded(`[1]`), nil, 200, `{"Status":"success","Data":[1]}`},
 		{"v1 client error", v1, nil, &bodyError{msg: "bad"}, 400, `{"Status":"error","Data":null,"Message":"bad"}`},
+		{"v2 busy", r, nil, errBusy, 503, `{"status":"error","data":null,"message":"` + errBusy.msg + `"}`},
+		{"v1 busy", v1, nil, errBusy, 503, `{"Status":"error","Data":null,"Message":"` + errBusy.msg + `"}`},
+		{"v2 disabled", r, nil, &disabledError{msg: "off"}, 403, `{"status":"fail","data":null,"message":"off"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := httptest.NewRecorder()
@@ -81,6 +89,9 @@ func TestRendererEnvelopes(t *testing.T) {
 			}
 			if w.Header().Get("Content-Type") != "application/json" || w.Header().Get("Content-Length") != fmt.Sprint(len(tc.body)+1) {
 				t.Fatalf("headers %v", w.Header())
+			}
+			if (tc.status == 503) != (w.Header().Get("Retry-After") == "1") {
+				t.Fatalf("Retry-After %q with status %d", w.Header().Get("Retry-After"), tc.status)
 			}
 			if !json.Valid(w.Body.Bytes()) {
 				t.Fatal("body is not JSON")

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	v2 "github.com/quarry-cc/quarry/api/v2"
 	"github.com/quarry-cc/quarry/internal/core"
@@ -43,7 +45,15 @@ type Coordinator interface {
 type Options struct {
 	// MaxManifestBytes bounds manifest and update request bodies.
 	MaxManifestBytes int64
-	Logger           *slog.Logger
+	// EnableV1Recover serves the unprefixed POST /recover, which carries
+	// no signature (decision D11); when false it answers 403.
+	EnableV1Recover bool
+	// RequestTimeout is the deadline of each request's context (0: none).
+	// It should be shorter than the server's WriteTimeout, so that a use
+	// case gives up (and stores nothing) while its answer can still be
+	// written.
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
 }
 
 // Body limits of requests that are not manifests.
@@ -122,7 +132,16 @@ func New(c Coordinator, opts Options) http.Handler {
 			if v1 {
 				s.deprecated(path)
 			}
+			if s.opts.RequestTimeout > 0 {
+				ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+				defer cancel()
+				r = r.WithContext(ctx)
+			}
 			data, err := h(r)
+			if err != nil && errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+				err = &unavailableError{err: err, retryAfter: 10, msg: fmt.Sprintf(
+					"the request did not finish within %s and was abandoned; nothing was stored; retry later", s.opts.RequestTimeout)}
+			}
 			rend.write(w, r, data, err)
 		})
 	}

@@ -82,7 +82,16 @@ func (s *server) v1GetQuote(r *http.Request) (any, error) {
 	return v1.QuoteResponse{Cert: string(res.ChainPEM), Quote: res.Quote}, nil
 }
 
+// errV1RecoverDisabled answers v1 POST /recover unless the operator enabled
+// it (decision D11).
+var errV1RecoverDisabled = &disabledError{msg: "POST /recover (v1) is disabled: it carries no signature over the recovery secret, " +
+	"so it does not prove that the uploader holds the recovery key; use POST /api/v2/recover, " +
+	"or start the Coordinator with --enable-v1-recover (QUARRY_ENABLE_V1_RECOVER=1)"}
+
 func (s *server) v1PostRecover(r *http.Request) (any, error) {
+	if !s.opts.EnableV1Recover {
+		return nil, errV1RecoverDisabled
+	}
 	var secret []byte
 	if err := decodeBody(r, maxRecoverBody, &secret); err != nil {
 		return nil, err
