@@ -21,7 +21,8 @@ func (m *Manifest) IsPackageUpdate() bool {
 // ValidatePackageUpdate checks a package update against the current packages,
 // in sorted package order: the update names at least one package, every named
 // package exists, sets neither Debug, UniqueID, SignerID nor ProductID, sets
-// SecurityVersion, and does not lower it. AcceptedTCBStatuses and
+// SecurityVersion (at most 65535, the SGX field's range), and does not lower
+// it. AcceptedTCBStatuses and
 // AcceptedAdvisories are ignored. The error is a *ValidationError (Stage
 // "checking update manifest") and wraps ErrInvalid.
 func (m *Manifest) ValidatePackageUpdate(current map[string]Package) error {
@@ -47,6 +48,8 @@ func (m *Manifest) ValidatePackageUpdate(current map[string]Package) error {
 			return m.updateError(name, "ProductID", "update manifest contains unupdatable values")
 		case p.SecurityVersion == nil:
 			return m.updateError(name, "SecurityVersion", "update manifest does not specify a SecurityVersion to update")
+		case uint64(*p.SecurityVersion) > maxSGXField:
+			return m.updateError(name, "SecurityVersion", "update manifest sets SecurityVersion of package %s to %d, outside the SGX range 0 to %d", name, *p.SecurityVersion, maxSGXField)
 		}
 		if cur := current[name].SecurityVersion; cur != nil && *p.SecurityVersion < *cur {
 			return m.updateError(name, "SecurityVersion", "update manifest tries to downgrade SecurityVersion of the original manifest")

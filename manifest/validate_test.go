@@ -143,15 +143,7 @@ func TestValidateRules(t *testing.T) {
 	alicePEM := fixture.Users["alice"].Certificate
 	aliceRewrapped := rewrapPEM(t, alicePEM)
 
-	tests := []struct {
-		rule    string
-		mutate  func(m *Manifest)
-		section string
-		name    string
-		field   string
-		message string
-		stage   string // "" means "checking manifest"
-	}{
+	tests := []ruleRow{
 		{"1 no packages", func(m *Manifest) { m.Packages = nil },
 			"Packages", "", "", "no allowed packages defined", ""},
 		{"2 no marbles", func(m *Manifest) { m.Marbles = map[string]Marble{} },
@@ -333,6 +325,23 @@ func TestValidateRules(t *testing.T) {
 		}, "Marbles", "backend_first", "Parameters.Files./z",
 			`in Marble backend_first: file /z: template: /z:1:2: executing "/z" at <pem .Secrets.serverCert>: error calling pem: invalid secret type for pem encoding`, stageTemplateDryRun},
 	}
+	runRuleRows(t, tests)
+}
+
+// ruleRow is a mutation of testdata/manifest.json and the *ValidationError
+// that Validate must report for it.
+type ruleRow struct {
+	rule    string
+	mutate  func(m *Manifest)
+	section string
+	name    string
+	field   string
+	message string
+	stage   string // "" means "checking manifest"
+}
+
+func runRuleRows(t *testing.T, tests []ruleRow) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.rule, func(t *testing.T) {
 			m := loadFixture(t, "manifest.json")
@@ -378,10 +387,10 @@ func TestValidateAccepts(t *testing.T) {
 		mutate func(m *Manifest)
 	}{
 		{"debug package with UniqueID and SignerID", func(m *Manifest) {
-			setPackage(m, "debug", func(p *Package) { p.UniqueID, p.SignerID, p.ProductID = "aa", "bb", ptr[uint64](1) })
+			setPackage(m, "debug", func(p *Package) { p.UniqueID, p.SignerID, p.ProductID = hex64, hex64, ptr[uint64](1) })
 		}},
 		{"debug package without values", func(m *Manifest) { m.Packages["other"] = Package{Debug: true} }},
-		{"UniqueID only", func(m *Manifest) { m.Packages["other"] = Package{UniqueID: "aa"} }},
+		{"UniqueID only", func(m *Manifest) { m.Packages["other"] = Package{UniqueID: hex64} }},
 		{"actions are case-insensitive", func(m *Manifest) {
 			setRole(m, "updatePackages", func(r *Role) { r.Actions = []string{"updatesecurityversion"} })
 			setRole(m, "readSecrets", func(r *Role) { r.Actions = []string{"READSECRET"} })
@@ -401,7 +410,7 @@ func TestValidateAccepts(t *testing.T) {
 		{"seal modes", func(m *Manifest) { m.Config.SealMode = SealModeUniqueKey }},
 		{"seal mode disabled", func(m *Manifest) { m.Config.SealMode = SealModeDisabled }},
 		{"default seal mode", func(m *Manifest) { m.Config.SealMode = "" }},
-		{"feature gates in any case", func(m *Manifest) { m.Config.FeatureGates = []string{"signquoteendpoint", "MONOTONICCOUNTER"} }},
+		{"feature gates in any case", func(m *Manifest) { m.Config.FeatureGates = []string{"signquoteendpoint", "SignQuoteEndpoint"} }},
 		{"largest secrets", func(m *Manifest) {
 			setSecret(m, "rsaCert", func(s *Secret) { s.Size = MaxRSASecretSize })
 			setSecret(m, "symmetricShared", func(s *Secret) { s.Size = MaxSymmetricSecretSize })
