@@ -180,7 +180,9 @@ func (c *Core) recover(ctx context.Context, secret, signature []byte, signed boo
 		return RecoverResult{Remaining: remaining}, nil
 	}
 	if err := c.restoreWith(ctx, key); err != nil {
-		r.collector.Reset()
+		if !stored(err) {
+			r.collector.Reset()
+		}
 		return RecoverResult{}, err
 	}
 	return RecoverResult{}, nil
@@ -218,7 +220,7 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	if snap.quote, err = c.issueQuote(ctx, snap.ca, nil); err != nil {
 		return err
 	}
-	if err := c.vault.recovered(ctx, key, c.asideSuffix("unusable")); err != nil {
+	if err := c.vault.recovered(ctx, c.asideSuffix("unusable")); err != nil {
 		return err
 	}
 	err = c.commit(ctx, st, hdr, key)

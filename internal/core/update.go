@@ -243,7 +243,10 @@ func (c *Core) AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, 
 		}
 		st.Pending = nil
 		res, err := c.applyFullUpdate(ctx, s, &st, m, raw)
-		if !stored(err) {
+		if errors.Is(err, ErrInvalidRequest) || errors.Is(err, manifest.ErrInvalid) {
+			// The update can never apply: cancel it. A failure of the
+			// service (the store, say) keeps it pending, unchanged, and
+			// the acknowledgement can be sent again.
 			c.cancelAfterFailedApply(ctx, s, fp, err)
 		}
 		return res, err

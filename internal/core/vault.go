@@ -134,11 +134,11 @@ func (v *vault) setStrayKeyAside(ctx context.Context, suffix string) error {
 	return nil
 }
 
-// recovered records the data key that recovery found for the stored blob
-// and moves the key file that could not open it aside, so the next commit
-// writes a new one.
-func (v *vault) recovered(ctx context.Context, dek []byte, suffix string) error {
-	v.disk.dek = dek
+// recovered moves the key file that could not open the stored blob aside,
+// so that the commit of the recovered state writes a new one. The key that
+// recovery found is deliberately not bound to the stored blob: until the
+// recovered state is stored, a restart is in recovery mode as before.
+func (v *vault) recovered(ctx context.Context, suffix string) error {
 	where, err := moveAside(ctx, v.key, suffix)
 	if errors.Is(err, store.ErrNotFound) {
 		v.keyRev = ""
