@@ -18,6 +18,7 @@ import (
 // with the decrypted recovery secrets.
 type recoverySetup struct {
 	c       *coordinator
+	f       *fixture
 	raw     []byte
 	root    *x509.Certificate
 	keys    map[string]*rsa.PrivateKey
@@ -25,6 +26,22 @@ type recoverySetup struct {
 }
 
 func newRecoverySetup(t *testing.T, n int, threshold int) *recoverySetup {
+	t.Helper()
+	return newRecoverySetupN(t, n, func(f *fixture) {
+		if threshold > 0 {
+			f.set("Config.RecoveryThreshold", threshold)
+		}
+	})
+}
+
+// newRecoverySetupWith is newRecoverySetup with one recovery key and the
+// fixture changed by change before the manifest is set.
+func newRecoverySetupWith(t *testing.T, change func(f *fixture)) *recoverySetup {
+	t.Helper()
+	return newRecoverySetupN(t, 1, change)
+}
+
+func newRecoverySetupN(t *testing.T, n int, change func(f *fixture)) *recoverySetup {
 	t.Helper()
 	c := startCoordinator(t, "")
 	hc := c.client(nil, nil)
@@ -38,9 +55,7 @@ func newRecoverySetup(t *testing.T, n int, threshold int) *recoverySetup {
 		pems[name] = publicKeyPEM(t, k)
 	}
 	f.set("RecoveryKeys", pems)
-	if threshold > 0 {
-		f.set("Config.RecoveryThreshold", threshold)
-	}
+	change(f)
 	raw := f.bytes(t)
 	r := setManifest(t, c, hc, raw)
 	expect(t, r, http.StatusOK, "success")
@@ -51,7 +66,7 @@ func newRecoverySetup(t *testing.T, n int, threshold int) *recoverySetup {
 	if len(set.RecoverySecrets) != n {
 		t.Fatalf("got %d recovery secrets, want %d", len(set.RecoverySecrets), n)
 	}
-	s := &recoverySetup{c: c, raw: raw, root: root, keys: keys, secrets: map[string][]byte{}}
+	s := &recoverySetup{c: c, f: f, raw: raw, root: root, keys: keys, secrets: map[string][]byte{}}
 	for name, ct := range set.RecoverySecrets {
 		k, ok := keys[name]
 		if !ok {
