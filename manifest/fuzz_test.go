@@ -31,11 +31,23 @@ func FuzzParseValidate(f *testing.F) {
 		`{"Users":{"u":{"Certificate":"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n","Roles":["r"]}},"Roles":{"r":{"ResourceType":"Manifest","Actions":["UpdateManifest"]}},"Config":{"UpdateThreshold":1}}`,
 		`{"RecoveryKeys":{"k":"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"},"Config":{"RecoveryThreshold":1}}`,
 		`{"TLS":{"t":{"Incoming":[{"Port":"1","Cert":"c","DisableClientAuth":true}],"Outgoing":[{}]}}}`,
+		// Duplicate and near-duplicate keys.
+		`{"Packages":{"p":{}},"packages":{"q":{}}}`, `{"Packages":{"p":{},"p":{}}}`, `{"Packages":{"p":{},"P":{}}}`,
+		`{"Packages":{"p":{"SignerID":"aa","signerid":"bb"}}}`, "{\"Pac\u212aages\":{},\"Packages\":{}}",
+		`{"Secrets":{"s":{"Cert":{"Subject":{"CommonName":"a","commonname":"b"},"PublicKey":{"a":[{"x":1,"x":2}]}}}}}`,
+		`{"Marbles":{"m":{"Parameters":{"Files":{"f":{"Data":"a","DATA":"b"}},"Env":{"e":"1","e":"2"}}}}}`,
+		`{"Users":{"\ud800":{},"\udc00":{}},"X":[{"a":1},{"a":1,"b":{"c":1,"c":1}}]}`,
+		// Values the stricter rules refuse.
+		`{"Packages":{"":{"SignerID":"zz","ProductID":65536,"SecurityVersion":70000,"AcceptedTCBStatuses":["Fine"]}},"Marbles":{"a\u0000":{"Package":""}}}`,
+		`{"Packages":{"p":{"Debug":true}},"Marbles":{"m":{"Package":"p","Parameters":{"Files":{"a":"{{if false}}{{.Secrets.nope}}{{index .Previous.Secrets \"x\"}}{{end}}{{with .Secrets}}{{.y}}{{end}}{{$ = 1}}{{$.Z}}"}}}},"Config":{"FeatureGates":["monotoniccounter"]}}`,
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		m, err := Parse(raw)
+		if err == nil && hasExactDuplicate(raw) {
+			t.Fatalf("Parse accepted a document with a repeated key: %q", raw)
+		}
 		if err != nil {
 			if m != nil || !errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), "unmarshaling manifest: ") {
 				t.Fatalf("Parse error breaks its contract: %v (manifest %v)", err, m)
@@ -103,16 +115,24 @@ func FuzzTemplate(f *testing.F) {
 		`{{define "a"}}{{range 3}}{{template "a"}}{{end}}{{end}}{{template "a"}}`,
 		`{{printf "%08x|%s" (raw .Secrets.sym) .Secrets}}`, `{{pem .Secrets.cert.Cert}}{{hex .Secrets.plain}}`,
 		"{{- if 1 -}}{{- range $i, $x := .Secrets -}}{{$i}}{{- end -}}{{- end -}}",
+		`{{if 0}}{{.Secrets.nope.Type}}{{$.Previous.Secrets.x}}{{index $.Secrets "y"}}{{(.MarbleRun).Z}}{{end}}`,
+		`{{with .Secrets}}{{.nope}}{{else with .MarbleRun}}{{.RootCA.Cert.X}}{{end}}{{$ := 1}}{{$.Secrets.q}}`,
 	} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
 		checkNestingBound(t, text)
-		r := newRenderer(testTemplateData(), newBudget(), false)
-		_, _ = r.file("/f", File{Data: text})
-		_, _ = r.env("E", File{Data: text})
-		if r.b.work < -1<<30 || r.b.out < -1<<30 {
-			t.Fatalf("budget overspent: %+v", *r.b)
+		data := testTemplateData()
+		for _, strict := range []bool{false, true} {
+			r := newRenderer(data, newBudget(), false)
+			if strict { // as in the dry run
+				r.defined = func(name string) bool { _, ok := data.Secrets[name]; return ok }
+			}
+			_, _ = r.file("/f", File{Data: text})
+			_, _ = r.env("E", File{Data: text})
+			if r.b.work < -1<<30 || r.b.out < -1<<30 {
+				t.Fatalf("budget overspent: %+v", *r.b)
+			}
 		}
 	})
 }

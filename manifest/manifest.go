@@ -4,7 +4,15 @@
 // Env templates delivered to Marbles.
 //
 // Parse and Validate accept what MarbleRun's Coordinator accepts and report
-// the same messages, except where MarbleRun has a defect or no limit:
+// the same messages, except where MarbleRun has a defect or no limit (the
+// user-facing list is docs/manifest-validation.md):
+//   - a JSON object that names a member twice is refused at any depth,
+//     including two spellings of one struct field ("Packages", "packages");
+//   - entry names must be non-empty UTF-8 of at most MaxNameLength bytes
+//     without control characters;
+//   - SignerID and UniqueID must be 64 hex digits, ProductID and
+//     SecurityVersion at most 65535, AcceptedTCBStatuses DCAP's names;
+//   - templates may name only secrets and fields that exist;
 //   - packages that no Marble references are validated too;
 //   - user certificates are compared by DER, not by PEM text;
 //   - an unknown role resource type is named, not printed as a struct;
@@ -12,7 +20,8 @@
 //   - secret sizes are bounded (cert-rsa at most MaxRSASecretSize bits,
 //     symmetric-key at most MaxSymmetricSecretSize bits, recovery keys at most
 //     MaxRecoveryKeySize bits), and user-defined secrets are size-checked;
-//   - the AzureHSMSealing feature gate is rejected as unsupported;
+//   - the AzureHSMSealing and (until the Marble API serves it) the
+//     MonotonicCounter feature gates are rejected as unsupported;
 //   - secret generation, recovery key and user certificate errors and the
 //     template dry run are found by Validate, before anything is stored;
 //   - a File value of JSON null is an error;
@@ -154,7 +163,8 @@ const (
 	SealModeDisabled   = "Disabled"
 )
 
-// Feature gates.
+// Feature gates. Validate accepts only FeatureSignQuoteEndpoint: this
+// Coordinator does not implement the other two.
 const (
 	FeatureSignQuoteEndpoint = "SignQuoteEndpoint"
 	FeatureMonotonicCounter  = "MonotonicCounter"

@@ -123,6 +123,10 @@ type renderer struct {
 	keep     bool // keep the output; the dry run only counts it
 	fileFunc template.FuncMap
 	envFunc  template.FuncMap
+	// defined, if set (the dry run), reports whether the manifest defines
+	// a secret: templates must not name others (see checkReferences), and
+	// a missing map entry fails execution instead of rendering as nothing.
+	defined func(name string) bool
 }
 
 // newRenderer returns a renderer that keeps its output, or only counts it
@@ -190,9 +194,18 @@ func (r *renderer) execute(name, text string, funcs template.FuncMap) ([]byte, b
 		// format string: a '%' would print the parser's internals.
 		name = "template"
 	}
-	t, err := template.New(name).Funcs(funcs).Parse(text)
+	t := template.New(name).Funcs(funcs)
+	if r.defined != nil {
+		t.Option("missingkey=error") // before Parse: defined templates copy it
+	}
+	t, err := t.Parse(text)
 	if err != nil {
 		return nil, false, err
+	}
+	if r.defined != nil {
+		if err := checkReferences(t.Tree, r.defined); err != nil {
+			return nil, false, err
+		}
 	}
 	if err := r.b.instrument(t); err != nil {
 		return nil, false, fmt.Errorf("template: %s: %w", name, err)

@@ -694,9 +694,14 @@ func (m *Manifest) DryRun(values map[string]TemplateSecret) error {
 }
 
 // renderAll renders every Marble's Files and Env with data; all Marbles
-// share one execution budget.
+// share one execution budget. Templates may name only the secrets the
+// manifest defines (see checkReferences).
 func (m *Manifest) renderAll(data *TemplateData) *ValidationError {
 	r := newRenderer(data, newBudget(), false)
+	r.defined = func(name string) bool {
+		_, ok := m.Secrets[name]
+		return ok
+	}
 	for _, name := range sorted(m.Marbles) {
 		params := m.Marbles[name].Parameters
 		for _, path := range sorted(params.Files) {

@@ -56,7 +56,9 @@ func TestValidateStrictRules(t *testing.T) {
 		{"unknown TCB status", func(m *Manifest) {
 			setPackage(m, "backend", func(p *Package) { p.AcceptedTCBStatuses = []string{"UpToDate", "Fine"} })
 		}, "Packages", "backend", "AcceptedTCBStatuses", `unknown TCB status "Fine" in AcceptedTCBStatuses of package backend: want one of ` + tcbNameList, ""},
-		{"TCB status Unknown", func(m *Manifest) { setPackage(m, "debug", func(p *Package) { p.AcceptedTCBStatuses = []string{"Unknown"} }) },
+		{"TCB status Unknown", func(m *Manifest) {
+			setPackage(m, "debug", func(p *Package) { p.AcceptedTCBStatuses = []string{"Unknown"} })
+		},
 			"Packages", "debug", "AcceptedTCBStatuses", `unknown TCB status "Unknown" in AcceptedTCBStatuses of package debug: want one of ` + tcbNameList, ""},
 		{"empty TCB status", func(m *Manifest) { setPackage(m, "backend", func(p *Package) { p.AcceptedTCBStatuses = []string{""} }) },
 			"Packages", "backend", "AcceptedTCBStatuses", `unknown TCB status "" in AcceptedTCBStatuses of package backend: want one of ` + tcbNameList, ""},
@@ -73,17 +75,17 @@ func TestValidateStrictRules(t *testing.T) {
 		// Templates that name what is not there.
 		{"undefined secret", func(m *Manifest) { setFile(m, "backend_first", "/x", "{{.Secrets.nope.Type}}") },
 			"Marbles", "backend_first", "Parameters.Files./x",
-			`in Marble backend_first: file /x: template: /x:1:2: at <.Secrets.nope.Type>: secret "nope" is not defined in the manifest`, stageTemplateDryRun},
+			`in Marble backend_first: file /x: template: /x:1:10: at <.Secrets.nope.Type>: secret "nope" is not defined in the manifest`, stageTemplateDryRun},
 		{"undefined secret in a branch that does not run", func(m *Manifest) {
 			setEnv(m, "frontend", "E", File{Data: "{{if false}}\n{{hex .Secrets.nope}}{{end}}"})
 		}, "Marbles", "frontend", "Parameters.Env.E",
-			`in Marble frontend: env variable E: template: E:2:6: at <.Secrets.nope>: secret "nope" is not defined in the manifest`, stageTemplateDryRun},
+			`in Marble frontend: env variable E: template: E:2:14: at <.Secrets.nope>: secret "nope" is not defined in the manifest`, stageTemplateDryRun},
 		{"undefined previous secret", func(m *Manifest) { setFile(m, "frontend", "/p", "{{raw .Previous.Secrets.gone}}") },
 			"Marbles", "frontend", "Parameters.Files./p",
-			`in Marble frontend: file /p: template: /p:1:6: at <.Previous.Secrets.gone>: secret "gone" is not defined in the manifest`, stageTemplateDryRun},
+			`in Marble frontend: file /p: template: /p:1:15: at <.Previous.Secrets.gone>: secret "gone" is not defined in the manifest`, stageTemplateDryRun},
 		{"undefined secret through $", func(m *Manifest) { setFile(m, "frontend", "/d", "{{range .Secrets}}{{$.Secrets.nope}}{{end}}") },
 			"Marbles", "frontend", "Parameters.Files./d",
-			`in Marble frontend: file /d: template: /d:1:20: at <$.Secrets.nope>: secret "nope" is not defined in the manifest`, stageTemplateDryRun},
+			`in Marble frontend: file /d: template: /d:1:21: at <$.Secrets.nope>: secret "nope" is not defined in the manifest`, stageTemplateDryRun},
 		{"undefined secret through index", func(m *Manifest) { setFile(m, "frontend", "/i", `{{index .Secrets "nope" | raw}}`) },
 			"Marbles", "frontend", "Parameters.Files./i",
 			`in Marble frontend: file /i: template: /i:1:2: at <index .Secrets "nope">: secret "nope" is not defined in the manifest`, stageTemplateDryRun},
@@ -92,16 +94,18 @@ func TestValidateStrictRules(t *testing.T) {
 			`in Marble frontend: file /w: template: /w:1:19: executing "/w" at <.nope>: map has no entry for key "nope"`, stageTemplateDryRun},
 		{"secret names are case-sensitive", func(m *Manifest) { setFile(m, "frontend", "/c", "{{hex .Secrets.SymmetricShared}}") },
 			"Marbles", "frontend", "Parameters.Files./c",
-			`in Marble frontend: file /c: template: /c:1:6: at <.Secrets.SymmetricShared>: secret "SymmetricShared" is not defined in the manifest`, stageTemplateDryRun},
-		{"unknown MarbleRun certificate", func(m *Manifest) { setFile(m, "frontend", "/m", "{{if true}}{{else}}{{pem .MarbleRun.Root.Cert}}{{end}}") },
+			`in Marble frontend: file /c: template: /c:1:14: at <.Secrets.SymmetricShared>: secret "SymmetricShared" is not defined in the manifest`, stageTemplateDryRun},
+		{"unknown MarbleRun certificate", func(m *Manifest) {
+			setFile(m, "frontend", "/m", "{{if true}}{{else}}{{pem .MarbleRun.Root.Cert}}{{end}}")
+		},
 			"Marbles", "frontend", "Parameters.Files./m",
-			`in Marble frontend: file /m: template: /m:1:25: at <.MarbleRun.Root.Cert>: .MarbleRun has no field Root`, stageTemplateDryRun},
+			`in Marble frontend: file /m: template: /m:1:35: at <.MarbleRun.Root.Cert>: .MarbleRun has no field Root`, stageTemplateDryRun},
 		{"unknown secret field", func(m *Manifest) { setFile(m, "frontend", "/f", "{{if false}}{{.Secrets.serverCert.Key}}{{end}}") },
 			"Marbles", "frontend", "Parameters.Files./f",
-			`in Marble frontend: file /f: template: /f:1:14: at <.Secrets.serverCert.Key>: .Secrets.serverCert has no field Key`, stageTemplateDryRun},
+			`in Marble frontend: file /f: template: /f:1:22: at <.Secrets.serverCert.Key>: .Secrets.serverCert has no field Key`, stageTemplateDryRun},
 		{"unknown top-level field", func(m *Manifest) { setEnv(m, "frontend", "T", File{Data: "{{if false}}{{.Secret.x}}{{end}}"}) },
 			"Marbles", "frontend", "Parameters.Env.T",
-			`in Marble frontend: env variable T: template: T:1:14: at <.Secret.x>: the template data has no field Secret`, stageTemplateDryRun},
+			`in Marble frontend: env variable T: template: T:1:21: at <.Secret.x>: the template data has no field Secret`, stageTemplateDryRun},
 	}
 	runRuleRows(t, tests)
 }
