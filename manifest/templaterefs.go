@@ -152,7 +152,7 @@ func (c *refChecker) index(cmd *parse.CommandNode, dotIsRoot bool) error {
 		return nil
 	}
 	if p := strings.Join(path, "."); p == "Secrets" || p == "Previous.Secrets" {
-		return c.errorf(cmd, "secret %q is not defined in the manifest", key.Text)
+		return c.errorf(cmd, "%v: %q is not defined in the manifest", errSecretMissing, key.Text)
 	}
 	return nil
 }
@@ -168,7 +168,7 @@ func (c *refChecker) chain(node parse.Node, root string, idents []string) error 
 		switch {
 		case t == secretsMapType:
 			if !c.defined(name) {
-				return c.errorf(node, "secret %q is not defined in the manifest", name)
+				return c.errorf(node, "%v: %q is not defined in the manifest", errSecretMissing, name)
 			}
 			t = t.Elem()
 		case t.Kind() == reflect.Struct:

@@ -75,26 +75,26 @@ func TestValidateStrictRules(t *testing.T) {
 		// Templates that name what is not there.
 		{"undefined secret", func(m *Manifest) { setFile(m, "backend_first", "/x", "{{.Secrets.nope.Type}}") },
 			"Marbles", "backend_first", "Parameters.Files./x",
-			`in Marble backend_first: file /x: template: /x:1:10: at <.Secrets.nope.Type>: secret "nope" is not defined in the manifest`, stageTemplateDryRun},
+			`in Marble backend_first: file /x: template: /x:1:10: at <.Secrets.nope.Type>: secret does not exist: "nope" is not defined in the manifest`, stageTemplateDryRun},
 		{"undefined secret in a branch that does not run", func(m *Manifest) {
 			setEnv(m, "frontend", "E", File{Data: "{{if false}}\n{{hex .Secrets.nope}}{{end}}"})
 		}, "Marbles", "frontend", "Parameters.Env.E",
-			`in Marble frontend: env variable E: template: E:2:14: at <.Secrets.nope>: secret "nope" is not defined in the manifest`, stageTemplateDryRun},
+			`in Marble frontend: env variable E: template: E:2:14: at <.Secrets.nope>: secret does not exist: "nope" is not defined in the manifest`, stageTemplateDryRun},
 		{"undefined previous secret", func(m *Manifest) { setFile(m, "frontend", "/p", "{{raw .Previous.Secrets.gone}}") },
 			"Marbles", "frontend", "Parameters.Files./p",
-			`in Marble frontend: file /p: template: /p:1:15: at <.Previous.Secrets.gone>: secret "gone" is not defined in the manifest`, stageTemplateDryRun},
+			`in Marble frontend: file /p: template: /p:1:15: at <.Previous.Secrets.gone>: secret does not exist: "gone" is not defined in the manifest`, stageTemplateDryRun},
 		{"undefined secret through $", func(m *Manifest) { setFile(m, "frontend", "/d", "{{range .Secrets}}{{$.Secrets.nope}}{{end}}") },
 			"Marbles", "frontend", "Parameters.Files./d",
-			`in Marble frontend: file /d: template: /d:1:21: at <$.Secrets.nope>: secret "nope" is not defined in the manifest`, stageTemplateDryRun},
+			`in Marble frontend: file /d: template: /d:1:21: at <$.Secrets.nope>: secret does not exist: "nope" is not defined in the manifest`, stageTemplateDryRun},
 		{"undefined secret through index", func(m *Manifest) { setFile(m, "frontend", "/i", `{{index .Secrets "nope" | raw}}`) },
 			"Marbles", "frontend", "Parameters.Files./i",
-			`in Marble frontend: file /i: template: /i:1:2: at <index .Secrets "nope">: secret "nope" is not defined in the manifest`, stageTemplateDryRun},
+			`in Marble frontend: file /i: template: /i:1:2: at <index .Secrets "nope">: secret does not exist: "nope" is not defined in the manifest`, stageTemplateDryRun},
 		{"undefined secret under a changed dot", func(m *Manifest) { setFile(m, "frontend", "/w", "{{with .Secrets}}{{.nope}}{{end}}") },
 			"Marbles", "frontend", "Parameters.Files./w",
 			`in Marble frontend: file /w: template: /w:1:19: executing "/w" at <.nope>: map has no entry for key "nope"`, stageTemplateDryRun},
 		{"secret names are case-sensitive", func(m *Manifest) { setFile(m, "frontend", "/c", "{{hex .Secrets.SymmetricShared}}") },
 			"Marbles", "frontend", "Parameters.Files./c",
-			`in Marble frontend: file /c: template: /c:1:14: at <.Secrets.SymmetricShared>: secret "SymmetricShared" is not defined in the manifest`, stageTemplateDryRun},
+			`in Marble frontend: file /c: template: /c:1:14: at <.Secrets.SymmetricShared>: secret does not exist: "SymmetricShared" is not defined in the manifest`, stageTemplateDryRun},
 		{"unknown MarbleRun certificate", func(m *Manifest) {
 			setFile(m, "frontend", "/m", "{{if true}}{{else}}{{pem .MarbleRun.Root.Cert}}{{end}}")
 		},
