@@ -22,9 +22,8 @@ func (m *Manifest) IsPackageUpdate() bool {
 // in sorted package order: the update names at least one package, every named
 // package exists, sets neither Debug, UniqueID, SignerID nor ProductID, sets
 // SecurityVersion (at most 65535, the SGX field's range), and does not lower
-// it. AcceptedTCBStatuses and
-// AcceptedAdvisories are ignored. The error is a *ValidationError (Stage
-// "checking update manifest") and wraps ErrInvalid.
+// it. AcceptedTCBStatuses and AcceptedAdvisories are ignored. The error is a
+// *ValidationError (Stage "checking update manifest") and wraps ErrInvalid.
 func (m *Manifest) ValidatePackageUpdate(current map[string]Package) error {
 	if m == nil || len(m.Packages) == 0 {
 		return m.updateError("", "", "no packages defined")
