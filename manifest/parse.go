@@ -45,14 +45,26 @@ const maxCertDigits = 1000
 //
 // Parse checks only the JSON shape; call Validate for the manifest rules.
 func Parse(raw []byte) (*Manifest, error) {
+	m, err := ParseStored(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDuplicateKeys(raw); err != nil {
+		return nil, &parseError{err}
+	}
+	return m, nil
+}
+
+// ParseStored decodes a manifest that was accepted and stored before (by
+// this or an earlier version): like Parse, but without the checks added
+// since (duplicate keys), so that a state sealed by an earlier version
+// still opens. Never use it for a manifest a client sends.
+func ParseStored(raw []byte) (*Manifest, error) {
 	if string(bytes.Trim(raw, " \t\r\n")) == "null" {
 		return nil, &parseError{errors.New("manifest is null")}
 	}
 	var m Manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, &parseError{err}
-	}
-	if err := checkDuplicateKeys(raw); err != nil {
 		return nil, &parseError{err}
 	}
 	return &m, nil

@@ -266,7 +266,7 @@ func restore(st *sealedState) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := manifest.Parse(st.Manifest)
+	m, err := manifest.ParseStored(st.Manifest)
 	if err != nil {
 		return nil, fmt.Errorf("stored manifest: %w", err)
 	}

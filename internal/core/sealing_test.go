@@ -12,6 +12,7 @@ import (
 
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/secrets"
+	"github.com/quarry-cc/quarry/manifest"
 )
 
 func newSealingEnv(t *testing.T) (*faultEnv, *faultWorld) {
@@ -279,5 +280,28 @@ func TestSecretLimitsRefuseUpFront(t *testing.T) {
 	}
 	if c.Status() != StateAcceptingManifest || load(t, data) != nil {
 		t.Fatal("a refused manifest changed the state")
+	}
+}
+
+// A state sealed by an earlier version may hold a manifest that today's
+// stricter Parse refuses (duplicate keys): it must still open.
+func TestStoredManifestWithDuplicateKeysOpens(t *testing.T) {
+	e, _ := newSealingEnv(t)
+	e.set(t, manifestOpts{threshold: 1})
+	old := []byte(`{"Packages":{"p":{"Debug":true}},"packages":{"p":{"Debug":true}},"Marbles":{"m":{"Package":"p"}}}`)
+	if _, err := manifest.Parse(old); err == nil {
+		t.Fatal("Parse accepts a manifest with duplicate keys")
+	}
+	s := e.c.snap.Load()
+	st := *s.persisted
+	st.Manifest = old
+	e.c.mu.Lock()
+	err := e.c.commit(context.Background(), &st, e.c.header, e.c.dek)
+	e.c.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := e.fresh(t); f.Status() != StateAcceptingMarbles {
+		t.Fatalf("a stored manifest with duplicate keys does not open: state %d", f.Status())
 	}
 }

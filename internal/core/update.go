@@ -237,7 +237,7 @@ func (c *Core) AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, 
 	fp := fingerprint(raw)
 	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateAcknowledged(c.opts.Now(), u.Name, np.missingAcknowledgments(), np.missingUsers(), fp))
 	if np.missingAcknowledgments() == 0 {
-		m, err := manifest.Parse(raw)
+		m, err := manifest.ParseStored(raw)
 		if err != nil {
 			return UpdateResult{}, err
 		}
