@@ -42,6 +42,9 @@ const (
 	// nothing) while its answer can still be written, instead of storing a
 	// state whose answer never arrives.
 	requestTimeout = writeTimeout - 15*time.Second
+	// http2MaxStreams bounds the concurrent requests of one HTTP/2
+	// connection.
+	http2MaxStreams = 32
 )
 
 // App is a configured Coordinator ready to run.
@@ -157,10 +160,12 @@ func (a *App) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("client API: %w", err)
 	}
+	bodyMem, bodyMemSource := bodyMemory(readSystemFile)
 	handler := rest.New(a.core, rest.Options{
 		MaxManifestBytes: a.cfg.MaxManifestBytes,
 		EnableV1Recover:  a.cfg.EnableV1Recover,
 		RequestTimeout:   requestTimeout,
+		BodyMemory:       bodyMem,
 		Logger:           a.log,
 	})
 	srv := &http.Server{
@@ -172,10 +177,19 @@ func (a *App) Run(ctx context.Context) error {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), a.cfg.HTTPErrorLogLevel),
+		HTTP2: &http.HTTP2Config{
+			// Few concurrent requests per connection, and little buffered
+			// body per stream and connection: one client must not make
+			// the Coordinator buffer much (decision D16).
+			MaxConcurrentStreams:          http2MaxStreams,
+			MaxReceiveBufferPerStream:     256 << 10,
+			MaxReceiveBufferPerConnection: 1 << 20,
+		},
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
-	a.log.Info("client API listening", "addr", ln.Addr().String(), "state", int(a.core.Status()))
+	a.log.Info("client API listening", "addr", ln.Addr().String(), "state", int(a.core.Status()),
+		"requestBodyMemory", bodyMem, "requestBodyMemorySource", bodyMemSource)
 
 	select {
 	case err := <-errc:

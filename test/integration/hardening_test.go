@@ -1,11 +1,19 @@
 package integration
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // impostor returns a client certificate whose chain is the attacker's own
@@ -146,4 +154,254 @@ func TestNewSettingsOnTheCommandLine(t *testing.T) {
 	// Without limits the same manifest is accepted.
 	c = startCoordinator(t, "", "QUARRY_MAX_SECRETS=0", "QUARRY_MAX_SECRET_GENERATION=0")
 	expect(t, setManifest(t, c, c.client(nil, nil), f.bytes(t)), http.StatusOK, "success")
+}
+
+// rawConn is an HTTP/1.1 connection over TLS driven by hand, to send a
+// request's headers and only part of its body.
+type rawConn struct {
+	*tls.Conn
+	br *bufio.Reader
+}
+
+// dialRaw opens a TLS connection speaking HTTP/1.1, presenting cert if
+// given. A read deadline of a minute guards against a hang (a failure,
+// not a measured time).
+func dialRaw(t *testing.T, c *coordinator, cert *tls.Certificate) *rawConn {
+	t.Helper()
+	cfg := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	conn, err := tls.Dial("tcp", c.addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetReadDeadline(time.Now().Add(time.Minute))
+	return &rawConn{Conn: conn, br: bufio.NewReader(conn)}
+}
+
+// startRequest writes a request's headers, declaring a body of length
+// bytes, and the first bytes of the body.
+func (rc *rawConn) startRequest(t *testing.T, method, path string, length int64, first []byte, header ...string) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", method, path, length)
+	for _, h := range header {
+		b.WriteString(h + "\r\n")
+	}
+	b.WriteString("\r\n")
+	if _, err := rc.Write(append([]byte(b.String()), first...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readAnswer reads one response and decodes its JSend envelope.
+func (rc *rawConn) readAnswer(t *testing.T, method string) (*http.Response, response) {
+	t.Helper()
+	resp, r, err := rc.readAnswerErr(method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, r
+}
+
+// readAnswerErr is readAnswer for other goroutines than the test's.
+func (rc *rawConn) readAnswerErr(method string) (*http.Response, response, error) {
+	resp, err := http.ReadResponse(rc.br, &http.Request{Method: method})
+	if err != nil {
+		return nil, response{}, fmt.Errorf("reading the answer: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, response{}, fmt.Errorf("reading the answer's body: %w", err)
+	}
+	r := response{HTTPStatus: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Raw: raw}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, response{}, fmt.Errorf("answer %d is not JSON: %q", resp.StatusCode, raw)
+	}
+	return resp, r, nil
+}
+
+// TestCheapChecksBeforeTheBody: the endpoints that need a user answer 401
+// (no or unknown certificate) or 409 (wrong state) after the headers and a
+// few bytes of an 8 MiB body, without waiting for the rest (D16); a client
+// that asks for "100 Continue" gets the final answer instead and never has
+// to send the body.
+func TestCheapChecksBeforeTheBody(t *testing.T) {
+	running := startCoordinator(t, "")
+	f := newFixture(t)
+	expect(t, setManifest(t, running, running.client(nil, nil), f.bytes(t)), http.StatusOK, "success")
+	empty := startCoordinator(t, "") // state 2: no users yet
+	alice := f.users["alice"].cert
+	stranger, _ := newUserCert(t, "stranger")
+	const length = 8 << 20
+	for _, tc := range []struct {
+		c      *coordinator
+		who    string
+		cert   *tls.Certificate
+		path   string
+		status int
+	}{
+		{running, "anonymous", nil, "/api/v2/update", http.StatusUnauthorized},
+		{running, "stranger", &stranger, "/api/v2/update", http.StatusUnauthorized},
+		{running, "anonymous", nil, "/api/v2/update-manifest", http.StatusUnauthorized},
+		{running, "anonymous", nil, "/api/v2/update-cancel", http.StatusUnauthorized},
+		{running, "stranger", &stranger, "/api/v2/secrets", http.StatusUnauthorized},
+		{running, "anonymous", nil, "/update", http.StatusUnauthorized},
+		{running, "anonymous", nil, "/update-manifest", http.StatusUnauthorized},
+		{running, "anonymous", nil, "/update-cancel", http.StatusUnauthorized},
+		{running, "stranger", &stranger, "/secrets", http.StatusUnauthorized},
+		{empty, "alice", &alice, "/api/v2/update", http.StatusConflict},
+		{empty, "alice", &alice, "/api/v2/secrets", http.StatusConflict},
+		{empty, "alice", &alice, "/update", http.StatusConflict},
+	} {
+		name := fmt.Sprintf("%d %s %s", tc.status, tc.who, tc.path)
+		t.Run(name, func(t *testing.T) {
+			rc := dialRaw(t, tc.c, tc.cert)
+			rc.startRequest(t, http.MethodPost, tc.path, length, []byte(`{"manifest":"AAAA`))
+			resp, r := rc.readAnswer(t, http.MethodPost)
+			if r.HTTPStatus != tc.status || r.ContentType != "application/json" || r.Message == "" {
+				t.Fatalf("answer %d %q: %s", r.HTTPStatus, r.ContentType, r.Raw)
+			}
+			if !resp.Close {
+				t.Error("the connection is kept open although the body was not read")
+			}
+		})
+		t.Run(name+" expecting 100-continue", func(t *testing.T) {
+			rc := dialRaw(t, tc.c, tc.cert)
+			rc.startRequest(t, http.MethodPost, tc.path, length, nil, "Expect: 100-continue")
+			_, r := rc.readAnswer(t, http.MethodPost)
+			if r.HTTPStatus != tc.status {
+				t.Fatalf("first answer %d (want %d without 100 Continue): %s", r.HTTPStatus, tc.status, r.Raw)
+			}
+		})
+	}
+}
+
+// bigBody writes a file of about size bytes that starts like a manifest
+// request and returns its path and content.
+func bigBody(t *testing.T, size int) (string, []byte) {
+	t.Helper()
+	body := append([]byte(`{"manifest":"`), bytes.Repeat([]byte{'A'}, size)...)
+	body = append(body, `"}`...)
+	path := filepath.Join(t.TempDir(), "big.json")
+	if err := os.WriteFile(path, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, body
+}
+
+// TestTooLargeAnswerArrives: a body over the limit gets 413 with its JSend
+// answer, which reaches the client before the connection closes, whether
+// the client sends with a length or chunked, over HTTP/1.1 or HTTP/2, and
+// also when curl sends it (D13, D16).
+func TestTooLargeAnswerArrives(t *testing.T) {
+	c := startCoordinator(t, "", "QUARRY_MAX_MANIFEST_SIZE=4096")
+	file, body := bigBody(t, 20<<20)
+	for _, path := range []string{"/api/v2/manifest", "/manifest"} {
+		for _, h2 := range []bool{false, true} {
+			for _, chunked := range []bool{false, true} {
+				t.Run(fmt.Sprintf("Go %s h2=%v chunked=%v", path, h2, chunked), func(t *testing.T) {
+					tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: h2}
+					if !h2 {
+						tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+					}
+					defer tr.CloseIdleConnections()
+					var rd io.Reader = bytes.NewReader(body)
+					if chunked {
+						rd = io.MultiReader(rd) // no known length
+					}
+					req, _ := http.NewRequest(http.MethodPost, c.url(path), rd)
+					resp, err := (&http.Client{Transport: tr}).Do(req)
+					if err != nil {
+						t.Fatalf("no answer: %v", err)
+					}
+					defer resp.Body.Close()
+					raw, err := io.ReadAll(resp.Body)
+					if err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge || !json.Valid(raw) || !bytes.Contains(raw, []byte("too large")) {
+						t.Fatalf("answer %d %q (%v)", resp.StatusCode, raw, err)
+					}
+				})
+			}
+		}
+		curl, err := exec.LookPath("curl")
+		if err != nil {
+			continue
+		}
+		for _, opts := range [][]string{{"--http1.1"}, {"--http1.1", "-H", "Expect:"}, {"--http2"}} {
+			t.Run("curl "+path+" "+strings.Join(opts, " "), func(t *testing.T) {
+				args := append([]string{"-sS", "-k", "-w", "\n%{http_code}", "--data-binary", "@" + file}, opts...)
+				out, err := exec.Command(curl, append(args, c.url(path))...).CombinedOutput()
+				text := strings.TrimSpace(string(out))
+				i := strings.LastIndexByte(text, '\n')
+				answer, code := strings.TrimSpace(text[:max(i, 0)]), text[i+1:]
+				if err != nil || code != "413" || !json.Valid([]byte(answer)) || !strings.Contains(answer, "too large") {
+					t.Fatalf("curl: %v\n%s", err, out)
+				}
+			})
+		}
+	}
+}
+
+// TestBusyBodiesGet503: the memory for bodies being decoded is bounded
+// (D16). With a 64 MiB Go memory limit the budget is its smallest, 32 MiB
+// or one update of the largest size, whichever is more; an update
+// declaring a 10 MiB body reserves about three times that while it is
+// decoded, so only one fits at a time. Of several such requests held open
+// half-sent, exactly one is admitted and the others get 503 at once with
+// Retry-After and a JSend error. Once the admitted one is answered, its
+// memory is free again: a second round goes the same way.
+func TestBusyBodiesGet503(t *testing.T) {
+	c := startCoordinator(t, "", "GOMEMLIMIT=64MiB")
+	f := newFixture(t)
+	expect(t, setManifest(t, c, c.client(nil, nil), f.bytes(t)), http.StatusOK, "success")
+	alice := f.users["alice"].cert
+	first := []byte(`{"manifest":"`)
+	rest := append(bytes.Repeat([]byte{'A'}, 10<<20-len(first)-2), `"}`...)
+	const held = 4
+	for round := range 2 {
+		type answer struct {
+			i    int
+			resp *http.Response
+			r    response
+			err  error
+		}
+		answers := make(chan answer, held)
+		conns := make([]*rawConn, held)
+		for i := range conns {
+			rc := dialRaw(t, c, &alice)
+			rc.startRequest(t, http.MethodPost, "/api/v2/update", int64(len(first)+len(rest)), first)
+			conns[i] = rc
+			go func() {
+				resp, r, err := rc.readAnswerErr(http.MethodPost)
+				answers <- answer{i, resp, r, err}
+			}()
+		}
+		refused := map[int]bool{}
+		for range held - 1 { // only refusals can come: no body is complete
+			a := <-answers
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			if a.r.HTTPStatus != http.StatusServiceUnavailable || a.r.Status != "error" || a.resp.Header.Get("Retry-After") == "" ||
+				!strings.Contains(a.r.Message, "busy") || a.r.ContentType != "application/json" {
+				t.Fatalf("round %d: answer %d Retry-After %q: %s", round, a.r.HTTPStatus, a.resp.Header.Get("Retry-After"), a.r.Raw)
+			}
+			refused[a.i] = true
+		}
+		for i, rc := range conns {
+			if !refused[i] {
+				if _, err := rc.Write(rest); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		a := <-answers
+		if a.err != nil || a.r.HTTPStatus != http.StatusBadRequest { // admitted; not a manifest
+			t.Fatalf("round %d: the admitted request: %v %d %s", round, a.err, a.r.HTTPStatus, a.r.Raw)
+		}
+	}
+	expect(t, do(t, c.client(nil, &alice), http.MethodPost, c.url("/api/v2/update"), map[string][]byte{"manifest": packageUpdate(2)}), http.StatusOK, "success")
 }

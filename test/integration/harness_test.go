@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 
 // coordinator is one running coordinator process.
 type coordinator struct {
-	t       *testing.T
+	t       testing.TB
 	cmd     *exec.Cmd
 	addr    string
 	sealDir string
@@ -70,7 +70,7 @@ type coordinator struct {
 
 // startCoordinator starts the binary with a seal directory (a new temporary
 // one if empty) on a free loopback port and waits until it listens.
-func startCoordinator(t *testing.T, sealDir string, env ...string) *coordinator {
+func startCoordinator(t testing.TB, sealDir string, env ...string) *coordinator {
 	t.Helper()
 	if sealDir == "" {
 		sealDir = t.TempDir()
@@ -262,7 +262,7 @@ func decode(t *testing.T, r response, v any) {
 }
 
 // newUserCert creates a self-signed client certificate for a manifest user.
-func newUserCert(t *testing.T, cn string) (tls.Certificate, string) {
+func newUserCert(t testing.TB, cn string) (tls.Certificate, string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -247,7 +247,7 @@ func TestV1NeverFails(t *testing.T) {
 		{http.MethodGet, "/secrets", anon, nil, http.StatusBadRequest},
 		{http.MethodGet, "/secrets?s=", anon, nil, http.StatusBadRequest},
 		{http.MethodGet, "/secrets?s=x", sc, nil, http.StatusConflict},
-		{http.MethodPost, "/secrets", sc, "{", http.StatusBadRequest},
+		{http.MethodPost, "/secrets", sc, "{", http.StatusConflict}, // state before body (D16)
 		{http.MethodGet, "/update", anon, nil, http.StatusConflict},
 		{http.MethodPost, "/update", sc, "not json", http.StatusConflict},
 		{http.MethodGet, "/update-manifest", anon, nil, http.StatusNotFound},

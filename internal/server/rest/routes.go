@@ -4,6 +4,7 @@
 package rest
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -39,6 +40,8 @@ type Coordinator interface {
 	AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (core.UpdateResult, error)
 	CancelUpdate(ctx context.Context, peer []*x509.Certificate) error
 	SignQuote(ctx context.Context, quote []byte) (core.SignQuoteResult, error)
+	// AuthenticateUser is the cheap check before a body is read (D16).
+	AuthenticateUser(peer []*x509.Certificate) error
 }
 
 // Options configure the server.
@@ -53,7 +56,11 @@ type Options struct {
 	// case gives up (and stores nothing) while its answer can still be
 	// written.
 	RequestTimeout time.Duration
-	Logger         *slog.Logger
+	// BodyMemory is the memory budget of request bodies being decoded at
+	// once (0: DefaultBodyMemory); it is raised to fit at least one
+	// request of the largest size.
+	BodyMemory int64
+	Logger     *slog.Logger
 }
 
 // Body limits of requests that are not manifests.
@@ -79,6 +86,7 @@ type server struct {
 
 	warned        sync.Map // v1 paths whose deprecation was logged
 	manifestCache atomic.Pointer[manifestCache]
+	budget        *memoryBudget // of request bodies being decoded
 }
 
 // deprecated logs, once per path and process, that a v1 path was used.
@@ -113,6 +121,12 @@ func (s *server) allRoutes() []route { return append(s.routes(), s.v1Routes()...
 
 // New returns the Client API handler.
 func New(c Coordinator, opts Options) http.Handler {
+	h, _ := newServer(c, opts)
+	return h
+}
+
+// newServer returns the handler and the server behind it.
+func newServer(c Coordinator, opts Options) (http.Handler, *server) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -155,7 +169,9 @@ func New(c Coordinator, opts Options) http.Handler {
 	onPanic := func(w http.ResponseWriter, r *http.Request) {
 		renderer{log: s.log, v1: !strings.HasPrefix(r.URL.Path, "/api/v2/"), methods: methods}.write(w, r, nil, errPanic)
 	}
-	return withRequestLog(s.log, onPanic)(mux)
+	maxBody := max(manifestBodyLimit(opts.MaxManifestBytes), opts.MaxManifestBytes, maxSmallBody)
+	s.budget = &memoryBudget{size: max(cmp.Or(opts.BodyMemory, DefaultBodyMemory), decodeCost(maxBody))}
+	return withRequestLog(s.log, onPanic)(withBodies(s.budget, maxBody)(mux)), s
 }
 
 // allowHeader lists the methods a known path accepts.

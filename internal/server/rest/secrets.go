@@ -38,7 +38,8 @@ func toV2Secret(s secrets.Secret) v2.Secret {
 }
 
 // readSecrets is GET secrets of both generations: the named secrets in the
-// v2 shape.
+// v2 shape. It reads no body, so it needs no cheap check before the core's
+// (state, then user): only the query is checked first.
 func (s *server) readSecrets(r *http.Request) (map[string]v2.Secret, error) {
 	names, err := secretNames(r)
 	if err != nil {
@@ -64,6 +65,9 @@ func (s *server) getSecrets(r *http.Request) (any, error) {
 }
 
 func (s *server) postSecrets(r *http.Request) (any, error) {
+	if err := s.authenticate(r, opSecrets); err != nil {
+		return nil, err
+	}
 	var req v2.SecretsSetRequest
 	if err := decodeBody(r, maxSmallBody, &req); err != nil {
 		return nil, err

@@ -15,7 +15,7 @@ import (
 func (s *server) readManifestBody(r *http.Request) ([]byte, error) {
 	var req v2.UpdateRequest
 	limit := s.opts.MaxManifestBytes
-	if err := decodeBody(r, (limit+2)/3*4+4096, &req); err != nil {
+	if err := decodeBody(r, manifestBodyLimit(limit), &req); err != nil {
 		return nil, err
 	}
 	if len(req.Manifest) == 0 {
@@ -27,7 +27,14 @@ func (s *server) readManifestBody(r *http.Request) ([]byte, error) {
 	return req.Manifest, nil
 }
 
+// manifestBodyLimit is the largest body of a v2 request carrying a manifest
+// of at most limit bytes: its base64 form and room for the JSON around it.
+func manifestBodyLimit(limit int64) int64 { return (limit+2)/3*4 + 4096 }
+
 func (s *server) postUpdate(r *http.Request) (any, error) {
+	if err := s.authenticate(r, ""); err != nil {
+		return nil, err
+	}
 	raw, err := s.readManifestBody(r)
 	if err != nil {
 		return nil, err
@@ -81,6 +88,9 @@ func ackMessage(res core.UpdateResult) string {
 const cancelMessage = "Update successfully cancelled"
 
 func (s *server) postAcknowledge(r *http.Request) (any, error) {
+	if err := s.authenticate(r, ""); err != nil {
+		return nil, err
+	}
 	raw, err := s.readManifestBody(r)
 	if err != nil {
 		return nil, err
@@ -98,6 +108,9 @@ func (s *server) postAcknowledge(r *http.Request) (any, error) {
 }
 
 func (s *server) postCancel(r *http.Request) (any, error) {
+	if err := s.authenticate(r, ""); err != nil {
+		return nil, err
+	}
 	if err := s.c.CancelUpdate(r.Context(), peerCertificates(r)); err != nil {
 		return nil, err
 	}

@@ -1,9 +1,7 @@
 package rest
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	v1 "github.com/quarry-cc/quarry/api/v1"
@@ -32,21 +30,6 @@ func (s *server) v1Routes() []route {
 		{method: http.MethodPost, path: v1.PathUpdateManifest, handle: s.v1PostAcknowledge, v1: true},
 		{method: http.MethodPost, path: v1.PathUpdateCancel, handle: s.v1PostCancel, v1: true},
 	}
-}
-
-// readRawBody reads the whole body, at most limit bytes.
-func readRawBody(r *http.Request, limit int64) ([]byte, error) {
-	raw, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		return nil, &bodyError{tooLarge: true, msg: "request body too large"}
-	case err != nil:
-		return nil, &bodyError{msg: "invalid request: reading the body: " + err.Error()}
-	case len(raw) == 0:
-		return nil, &bodyError{msg: "invalid request: the body is empty"}
-	}
-	return raw, nil
 }
 
 func (s *server) v1GetStatus(r *http.Request) (any, error) {
@@ -119,6 +102,9 @@ func (s *server) v1GetSecrets(r *http.Request) (any, error) {
 }
 
 func (s *server) v1PostSecrets(r *http.Request) (any, error) {
+	if err := s.authenticate(r, opSecrets); err != nil {
+		return nil, err
+	}
 	var req map[string]v1.UserSecret
 	if err := decodeBody(r, maxSmallBody, &req); err != nil {
 		return nil, err
@@ -139,6 +125,9 @@ func (s *server) v1GetUpdateLog(r *http.Request) (any, error) {
 }
 
 func (s *server) v1PostUpdate(r *http.Request) (any, error) {
+	if err := s.authenticate(r, ""); err != nil {
+		return nil, err
+	}
 	raw, err := readRawBody(r, s.opts.MaxManifestBytes)
 	if err != nil {
 		return nil, err
@@ -156,6 +145,9 @@ func (s *server) v1GetPendingUpdate(r *http.Request) (any, error) {
 }
 
 func (s *server) v1PostAcknowledge(r *http.Request) (any, error) {
+	if err := s.authenticate(r, ""); err != nil {
+		return nil, err
+	}
 	raw, err := readRawBody(r, s.opts.MaxManifestBytes)
 	if err != nil {
 		return nil, err
@@ -168,6 +160,9 @@ func (s *server) v1PostAcknowledge(r *http.Request) (any, error) {
 }
 
 func (s *server) v1PostCancel(r *http.Request) (any, error) {
+	if err := s.authenticate(r, ""); err != nil {
+		return nil, err
+	}
 	if err := s.c.CancelUpdate(r.Context(), peerCertificates(r)); err != nil {
 		return nil, err
 	}
