@@ -61,6 +61,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	if err := os.MkdirAll(cfg.SealDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating seal directory: %w", err)
 	}
+	tightenSealDir(cfg.SealDir, log)
 	unlock, err := filestore.LockDir(cfg.SealDir)
 	if err != nil {
 		return nil, err
@@ -71,6 +72,30 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		return nil, err
 	}
 	return a, nil
+}
+
+// tightenSealDir makes an existing seal directory accessible to its owner
+// only: the sealed state is for the Coordinator alone (in simulation its
+// data key lies unprotected in sealed_key). A directory with group or other
+// permission bits is set to 0700 with a warning naming the old mode; if
+// that fails, the warning says so and the Coordinator goes on (the files
+// it writes are 0600).
+func tightenSealDir(dir string, log *slog.Logger) {
+	info, err := os.Stat(dir)
+	if err != nil || !info.IsDir() {
+		return // MkdirAll made it, or LockDir reports the problem
+	}
+	old := info.Mode().Perm()
+	if old&0o077 == 0 {
+		return
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		log.Warn("the seal directory is accessible to other users and its permissions cannot be tightened",
+			"dir", dir, "mode", fmt.Sprintf("%04o", old), "error", err.Error())
+		return
+	}
+	log.Warn("the seal directory was accessible to other users; permissions tightened",
+		"dir", dir, "oldMode", fmt.Sprintf("%04o", old), "newMode", "0700")
 }
 
 func (a *App) init(ctx context.Context) error {

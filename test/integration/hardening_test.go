@@ -405,3 +405,42 @@ func TestBusyBodiesGet503(t *testing.T) {
 	}
 	expect(t, do(t, c.client(nil, &alice), http.MethodPost, c.url("/api/v2/update"), map[string][]byte{"manifest": packageUpdate(2)}), http.StatusOK, "success")
 }
+
+// TestSealDirPermissionsTightened: an existing seal directory open to group
+// and others is set to 0700 at start, with a warning naming the old mode.
+func TestSealDirPermissionsTightened(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "seal")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	c := startCoordinator(t, dir)
+	info, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o700 {
+		t.Fatalf("seal directory mode %04o, want 0700", info.Mode().Perm())
+	}
+	found := false
+	for _, line := range strings.Split(c.Logs(), "\n") {
+		var entry struct {
+			Level, Msg, Dir, OldMode string
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && entry.Level == "WARN" && strings.Contains(entry.Msg, "seal directory") &&
+			entry.OldMode == "0755" && entry.Dir == dir {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no WARN line naming the old mode 0755:\n%s", c.Logs())
+	}
+	// A directory that is already private is left alone, silently.
+	c.kill()
+	c.start()
+	if strings.Count(c.Logs(), "permissions tightened") != 1 {
+		t.Fatalf("tightened again:\n%s", c.Logs())
+	}
+}
