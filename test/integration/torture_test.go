@@ -106,7 +106,14 @@ type torture struct {
 	root    *x509.Certificate            // pinned root
 	nextSeq uint64                       // next write's seq (writer goroutine only while it runs)
 	nextGen int                          // next manifest generation (idem)
-	stats   struct{ acked, ackedSecrets, ackedUpdates, keyChanges, inFlight, landed, notSent int }
+	stats   tortureStats
+}
+
+// tortureStats are the figures the test reports.
+type tortureStats struct {
+	acked, ackedSecrets, ackedUpdates, keyChanges int // acknowledged writes
+	inFlight, landed, notSent                     int // writes in flight at a kill
+	inFlightKeyChanges, landedKeyChanges          int // of those, changes of the data key
 }
 
 // manifest returns the manifest of generation gen with recovery key set
@@ -124,11 +131,11 @@ func (tt *torture) manifest(gen, keySet int) ([]byte, error) {
 }
 
 // writer sends writes one after the other until one gets no answer (the
-// process was killed) or an unexpected one. It runs in its own goroutine
-// and must not touch t.
-func (tt *torture) writer(hc *http.Client, c *coordinator, from tortureState) tortureResult {
+// process was killed) or an unexpected one; keySet is the recovery key set
+// of the current manifest. It runs in its own goroutine and must not touch
+// t.
+func (tt *torture) writer(hc *http.Client, c *coordinator, keySet int) tortureResult {
 	var res tortureResult
-	keySet := from.keySet
 	for {
 		w := tortureWrite{seq: tt.nextSeq}
 		tt.nextSeq++
@@ -241,8 +248,8 @@ func TestTortureKillDuringWrites(t *testing.T) {
 	for kills < *tortureKills && time.Since(start) < *tortureDuration {
 		hc := c.client(tt.root, &tt.alice)
 		done := make(chan tortureResult, 1)
-		from := state
-		go func() { done <- tt.writer(hc, c, from) }()
+		keySet := state.keySet
+		go func() { done <- tt.writer(hc, c, keySet) }()
 		time.Sleep(time.Duration(rng.Int64N(int64(*tortureMaxDelay) + 1)))
 		c.kill()
 		kills++
@@ -256,7 +263,6 @@ func TestTortureKillDuringWrites(t *testing.T) {
 		}
 
 		// What was acknowledged must be there after the restart.
-		prev := state
 		for _, a := range res.acked {
 			tt.stats.acked++
 			state.log = append(state.log, a.w.logEntries()...)
@@ -281,7 +287,7 @@ func TestTortureKillDuringWrites(t *testing.T) {
 
 		logStart := len(c.Logs())
 		c.start()
-		tt.check(t, c, kills, &state, prev, *res.inFlight, res.cause, c.Logs()[procStart:logStart], logStart)
+		tt.check(t, c, kills, &state, len(res.acked), *res.inFlight, res.cause, c.Logs()[procStart:logStart], logStart)
 		procStart = logStart
 		if kills%100 == 0 {
 			t.Logf("%d kills in %v: %d writes acknowledged, none lost", kills, time.Since(start).Round(time.Second), tt.stats.acked)
@@ -289,21 +295,26 @@ func TestTortureKillDuringWrites(t *testing.T) {
 	}
 	s := tt.stats
 	t.Logf("crash torture done: %d kills in %v, %d restarts opened in state 3; %d writes acknowledged (%d secret uploads, %d full updates of which %d changed the data key), 0 lost; "+
-		"%d writes in flight at a kill: %d applied, %d not applied (%d of them never reached the process); final secret %d, manifest generation %d, update log %d entries",
+		"%d writes in flight at a kill: %d applied, %d not applied (%d of them never reached the process), %d of them data-key changes (%d applied); final secret %d, manifest generation %d, update log %d entries",
 		kills, time.Since(start).Round(time.Millisecond), kills, s.acked, s.ackedSecrets, s.ackedUpdates, s.keyChanges,
-		s.inFlight, s.landed, s.inFlight-s.landed, s.notSent, state.secret, state.gen, len(state.log))
+		s.inFlight, s.landed, s.inFlight-s.landed, s.notSent, s.inFlightKeyChanges, s.landedKeyChanges, state.secret, state.gen, len(state.log))
 	if strings.Contains(c.Logs(), "DATA RACE") {
 		t.Fatal("the race detector reported a data race in the coordinator")
 	}
 }
 
-// check verifies the restarted coordinator against the tortureState state and
-// the write in flight at the kill, and folds the in-flight write into state
-// if it was applied. killedLog is the log of the killed process; newLog is
-// where the new process's log starts.
-func (tt *torture) check(t *testing.T, c *coordinator, kill int, state *tortureState, prev tortureState, inFlight tortureWrite, cause error, killedLog string, newLog int) {
+// check verifies the restarted coordinator against the state that must be
+// durable (every acknowledged write, acked of them since the last restart)
+// and the write in flight at the kill, and folds the in-flight write into
+// state if it was applied. killedLog is the log of the killed process; newLog
+// is where the new process's log starts.
+func (tt *torture) check(t *testing.T, c *coordinator, kill int, state *tortureState, acked int, inFlight tortureWrite, cause error, killedLog string, newLog int) {
 	t.Helper()
 	tt.stats.inFlight++
+	keyChange := inFlight.update && inFlight.keySet != state.keySet
+	if keyChange {
+		tt.stats.inFlightKeyChanges++
+	}
 	anon := c.client(nil, nil)
 	defer anon.CloseIdleConnections()
 	fail := func(format string, args ...any) {
@@ -348,7 +359,7 @@ func (tt *torture) check(t *testing.T, c *coordinator, kill int, state *tortureS
 	case !inFlight.update && v == inFlight.seq:
 		landed = true
 	case v < state.secret:
-		fail("lost write: the secret is %d, but %d was acknowledged (%d acknowledged writes since the last restart)", v, state.secret, len(state.log)-len(prev.log))
+		fail("lost write: the secret is %d, but %d was acknowledged (%d writes acknowledged since the last restart)", v, state.secret, acked)
 	default:
 		fail("the secret is %d, want the last acknowledged %d or the one in flight", v, state.secret)
 	}
@@ -357,11 +368,13 @@ func (tt *torture) check(t *testing.T, c *coordinator, kill int, state *tortureS
 	}
 	if landed {
 		tt.stats.landed++
+		if keyChange {
+			tt.stats.landedKeyChanges++
+		}
 		state.log = append(state.log, inFlight.logEntries()...)
 		if inFlight.update {
-			changed := inFlight.keySet != state.keySet
 			state.gen, state.keySet, state.raw, state.fp = inFlight.gen, inFlight.keySet, inFlight.raw, inFlight.fp
-			if changed {
+			if keyChange {
 				state.secrets = nil // its answer, with the recovery secrets, never came
 			}
 		} else {
