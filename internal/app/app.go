@@ -185,6 +185,7 @@ func (a *App) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("client API: %w", err)
 	}
+	ln = rest.GuardPlainHTTP(ln) // plain HTTP gets a JSend 400, not net/http's text
 	bodyMem, bodyMemSource := bodyMemory(readSystemFile)
 	handler := rest.New(a.core, rest.Options{
 		MaxManifestBytes: a.cfg.MaxManifestBytes,
@@ -200,8 +201,14 @@ func (a *App) Run(ctx context.Context) error {
 		ReadTimeout:       2 * time.Minute,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), a.cfg.HTTPErrorLogLevel),
+		// Well above the documented limit (rest.MaxHeaderBytes), which the
+		// handler enforces with a JSend 431; net/http's own plain-text
+		// 431 is left for requests far over it.
+		MaxHeaderBytes: 16 * rest.MaxHeaderBytes,
+		// "OPTIONS *" goes to the handler (a JSend 404) instead of
+		// net/http's empty 200.
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     slog.NewLogLogger(a.log.Handler(), a.cfg.HTTPErrorLogLevel),
 		HTTP2: &http.HTTP2Config{
 			// Few concurrent requests per connection, and little buffered
 			// body per stream and connection: one client must not make

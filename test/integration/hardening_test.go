@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -442,5 +443,115 @@ func TestSealDirPermissionsTightened(t *testing.T) {
 	c.start()
 	if strings.Count(c.Logs(), "permissions tightened") != 1 {
 		t.Fatalf("tightened again:\n%s", c.Logs())
+	}
+}
+
+// TestNetHTTPEdgesAreJSend: answers that net/http would write itself (in
+// plain text or HTML) or get wrong are JSend with the right status.
+func TestNetHTTPEdgesAreJSend(t *testing.T) {
+	c := startCoordinator(t, "")
+	hc := c.client(nil, nil)
+	// An escaped slash is not a path separator: no such path (not 405).
+	r := do(t, hc, http.MethodGet, c.url("/api/v2%2Fstatus"), nil)
+	expect(t, r, http.StatusNotFound, "fail")
+	// Paths http.ServeMux would redirect (with an HTML body) do not exist.
+	for _, p := range []string{"//api/v2/status", "/api/v2/./status", "/api/v2/x/../status", "/api/v2//status"} {
+		rc := dialRaw(t, c, nil)
+		rc.startRequest(t, http.MethodGet, p, 0, nil)
+		resp, r := rc.readAnswer(t, http.MethodGet)
+		if r.HTTPStatus != http.StatusNotFound || r.ContentType != "application/json" || resp.Header.Get("Location") != "" {
+			t.Errorf("%s: answer %d %q Location %q: %s", p, r.HTTPStatus, r.ContentType, resp.Header.Get("Location"), r.Raw)
+		}
+	}
+	// OPTIONS * goes to the handler.
+	rc := dialRaw(t, c, nil)
+	rc.startRequest(t, http.MethodOptions, "*", 0, nil)
+	if _, r := rc.readAnswer(t, http.MethodOptions); r.HTTPStatus != http.StatusNotFound {
+		t.Errorf("OPTIONS *: answer %d %s", r.HTTPStatus, r.Raw)
+	}
+
+	// Headers over the documented 64 KiB: JSend 431, over HTTP/1.1 and
+	// HTTP/2.
+	for _, h2 := range []bool{false, true} {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: h2}
+		if !h2 {
+			tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		}
+		req, _ := http.NewRequest(http.MethodGet, c.url("/api/v2/status"), nil)
+		req.Header.Set("X-Big", strings.Repeat("a", 70<<10))
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatalf("h2=%v: %v", h2, err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || resp.Header.Get("Content-Type") != "application/json" ||
+			!json.Valid(raw) || !strings.Contains(string(raw), "65536") {
+			t.Errorf("h2=%v: answer %d %q: %s", h2, resp.StatusCode, resp.Header.Get("Content-Type"), raw)
+		}
+		tr.CloseIdleConnections()
+	}
+
+	// A malformed chunked body: JSend 400.
+	rc = dialRaw(t, c, nil)
+	if _, err := io.WriteString(rc, "POST /api/v2/manifest HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, r := rc.readAnswer(t, http.MethodPost); r.HTTPStatus != http.StatusBadRequest || r.ContentType != "application/json" {
+		t.Errorf("malformed chunked body: answer %d %q: %s", r.HTTPStatus, r.ContentType, r.Raw)
+	}
+
+	// Plain HTTP on the TLS port: JSend 400 in the generation of the path.
+	for _, tc := range []struct{ request, prefix string }{
+		{"GET /api/v2/status HTTP/1.1\r\nHost: x\r\n\r\n", `{"status":"fail",`},
+		{"GET /status HTTP/1.1\r\nHost: x\r\n\r\n", `{"Status":"error",`},
+		{"POST /api/v2/manifest HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", `{"status":"fail",`},
+	} {
+		conn, err := net.Dial("tcp", c.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(time.Minute))
+		io.WriteString(conn, tc.request)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("plain HTTP: %v", err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		if resp.StatusCode != http.StatusBadRequest || resp.Proto != "HTTP/1.1" || resp.Header.Get("Content-Type") != "application/json" ||
+			!strings.HasPrefix(string(raw), tc.prefix) || !strings.Contains(string(raw), "HTTPS") {
+			t.Errorf("plain HTTP %q: answer %s %d %q: %s", tc.request, resp.Proto, resp.StatusCode, resp.Header.Get("Content-Type"), raw)
+		}
+	}
+	// The Coordinator still serves TLS.
+	expect(t, do(t, hc, http.MethodGet, c.url("/api/v2/status"), nil), http.StatusOK, "success")
+}
+
+// TestALPNHTTP10: a client offering only http/1.0 in ALPN completes the
+// handshake and is served HTTP/1.x, instead of failing with an error line
+// in the log for every connection.
+func TestALPNHTTP10(t *testing.T) {
+	c := startCoordinator(t, "")
+	conn, err := tls.Dial("tcp", c.addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.0"}})
+	if err != nil {
+		t.Fatalf("handshake offering only http/1.0: %v", err)
+	}
+	defer conn.Close()
+	if p := conn.ConnectionState().NegotiatedProtocol; p != "http/1.0" {
+		t.Errorf("negotiated %q", p)
+	}
+	conn.SetReadDeadline(time.Now().Add(time.Minute))
+	io.WriteString(conn, "GET /api/v2/status HTTP/1.0\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), `"status":"success"`) {
+		t.Fatalf("answer %d: %s", resp.StatusCode, raw)
+	}
+	if strings.Contains(c.Logs(), "handshake error") {
+		t.Fatalf("handshake error logged:\n%s", c.Logs())
 	}
 }

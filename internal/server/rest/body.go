@@ -29,10 +29,14 @@ func decodeCost(n int64) int64 { return 3 * n }
 // configured.
 const DefaultBodyMemory = 256 << 20
 
-// Bounds of the drain of an unread body after the answer.
+// Bounds of the drain of an unread body after the answer: at most
+// drainTimeout, and at most drainMin bytes or twice the largest body limit,
+// whichever is more. Draining costs no memory (the bytes are discarded),
+// only the reading; a client that sends more, or more slowly, has its
+// connection closed.
 const (
 	drainTimeout = 5 * time.Second
-	drainSlack   = 1 << 20 // read at most this much beyond the largest body limit
+	drainMin     = 64 << 20
 )
 
 // memoryBudget bounds the bytes that request bodies being decoded may take
@@ -112,23 +116,24 @@ func (b *requestBody) end() {
 	}
 }
 
-// drain reads what the handler left unread, after the answer has been
-// written and flushed, at most limit bytes and for at most drainTimeout.
-// An HTTP/1.x client that sends its whole body before it reads the answer
-// would otherwise see the connection reset, and lose the answer, when the
-// server closes it with unread data. It is not needed for HTTP/2 (the
-// stream is reset, the connection stays), nor for a client that waits for
-// "100 Continue" and got none (it never sends the body).
+// drain flushes the answer to a request whose body was not read to its
+// end, then, for HTTP/1.x, reads what is left, at most limit bytes and for
+// at most drainTimeout. A client that sends its whole body before it reads
+// the answer would otherwise see the connection reset, and lose the answer,
+// when the server closes it with unread data. HTTP/2 needs only the flush
+// (the answer's frames then precede the stream's reset; the connection
+// stays); a client that waits for "100 Continue" and got none never sends
+// the body.
 func (b *requestBody) drain(w http.ResponseWriter, limit int64) {
 	r := b.req
-	if b.eof || b.err != nil || r.ProtoMajor != 1 {
-		return
-	}
-	if b.read == 0 && strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+	if b.eof || b.err != nil {
 		return
 	}
 	rc := http.NewResponseController(w)
-	if rc.Flush() != nil {
+	if rc.Flush() != nil || r.ProtoMajor != 1 {
+		return
+	}
+	if b.read == 0 && strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
 		return
 	}
 	rc.SetReadDeadline(time.Now().Add(drainTimeout))
@@ -143,7 +148,7 @@ func bodyOf(r *http.Request) *requestBody {
 }
 
 // withBodies wraps every request's body (see requestBody) and drains what
-// was left unread after the answer, at most maxBody plus some slack.
+// was left unread after the answer; maxBody is the largest body limit.
 func withBodies(budget *memoryBudget, maxBody int64) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -160,7 +165,7 @@ func withBodies(budget *memoryBudget, maxBody int64) func(http.Handler) http.Han
 			// The answer is written: release the memory before the
 			// client can see it, then drain.
 			b.end()
-			b.drain(w, maxBody+drainSlack)
+			b.drain(w, max(drainMin, 2*maxBody))
 		})
 	}
 }

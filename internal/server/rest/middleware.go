@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"runtime/debug"
+	"strings"
 	"time"
 )
 
@@ -86,4 +89,65 @@ func withRequestLog(log *slog.Logger, onPanic func(http.ResponseWriter, *http.Re
 			next.ServeHTTP(rec, r)
 		})
 	}
+}
+
+// MaxHeaderBytes is the documented limit of a request's line and headers;
+// larger ones get a JSend 431. The server's own limit (http.Server's
+// MaxHeaderBytes) must be set well above it, so that net/http's plain-text
+// 431 is left for requests far over the limit.
+const MaxHeaderBytes = 64 << 10
+
+// headerSize is the size of the request line and header fields as sent
+// over HTTP/1.1 (for HTTP/2, of their decoded form).
+func headerSize(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// withRequestChecks refuses, before routing, requests whose headers exceed
+// MaxHeaderBytes (431) and paths that are not clean (404, where
+// http.ServeMux would redirect with an HTML body: a client of this API
+// never needs //, /./ or /../ in a path).
+func withRequestChecks(refuse func(http.ResponseWriter, *http.Request, error)) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n := headerSize(r); n > MaxHeaderBytes {
+				refuse(w, r, &headerError{size: n})
+				return
+			}
+			if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && cleanPath(p) != p {
+				refuse(w, r, fmt.Errorf("%w: %s (not a clean path)", errUnknownPath, p))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// headerError is a request whose headers are too large (431).
+type headerError struct{ size int }
+
+func (e *headerError) Error() string {
+	return fmt.Sprintf("request header fields too large: %d bytes; the limit is %d bytes", e.size, MaxHeaderBytes)
+}
+
+// cleanPath is the path http.ServeMux would redirect p to: rooted, without
+// empty, . or .. elements, keeping a trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
 }

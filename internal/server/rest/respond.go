@@ -1,10 +1,14 @@
 package rest
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/quarry-cc/quarry/api/jsend"
@@ -80,8 +84,11 @@ func statusOf(err error) (int, class) {
 		be *bodyError
 		de *disabledError
 		ue *unavailableError
+		he *headerError
 	)
 	switch {
+	case errors.As(err, &he):
+		return http.StatusRequestHeaderFieldsTooLarge, classClient
 	case errors.As(err, &ue):
 		return http.StatusServiceUnavailable, classUnavailable
 	case errors.As(err, &be):
@@ -212,3 +219,30 @@ var (
 	nosniff         = []string{"nosniff"}
 	noStore         = []string{"no-store"}
 )
+
+// rawAnswer renders err with the one renderer as a complete HTTP/1.1
+// response that closes the connection, for answers written below net/http
+// (see GuardPlainHTTP).
+func rawAnswer(err error, v1 bool) []byte {
+	rec := &recorder{header: http.Header{}}
+	req := (&http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/"}}).WithContext(context.Background())
+	renderer{log: slog.New(slog.DiscardHandler), v1: v1}.write(rec, req, nil, err)
+	resp := &http.Response{
+		StatusCode: rec.status, ProtoMajor: 1, ProtoMinor: 1, Header: rec.header, Close: true,
+		ContentLength: int64(rec.body.Len()), Body: io.NopCloser(&rec.body),
+	}
+	var out bytes.Buffer
+	resp.Write(&out)
+	return out.Bytes()
+}
+
+// recorder is a ResponseWriter that keeps the response (for rawAnswer).
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) WriteHeader(status int)      { r.status = status }
+func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }

@@ -160,19 +160,28 @@ func newServer(c Coordinator, opts Options) (http.Handler, *server) {
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		err := fmt.Errorf("%w: %s", errUnknownPath, r.URL.Path)
-		if _, ok := methods[r.URL.Path]; ok {
-			err = fmt.Errorf("%w: %s %s (allowed: %s)", errBadMethod, r.Method, r.URL.Path, allowHeader(methods, r.URL.Path))
+		// The escaped path: /api/v2%2Fstatus is not /api/v2/status.
+		p := r.URL.EscapedPath()
+		err := fmt.Errorf("%w: %s", errUnknownPath, p)
+		if _, ok := methods[p]; ok {
+			err = fmt.Errorf("%w: %s %s (allowed: %s)", errBadMethod, r.Method, p, allowHeader(methods, p))
 		}
-		renderer{log: s.log, v1: !strings.HasPrefix(r.URL.Path, "/api/v2/"), methods: methods}.write(w, r, nil, err)
+		renderer{log: s.log, v1: isV1(r), methods: methods}.write(w, r, nil, err)
 	})
 	onPanic := func(w http.ResponseWriter, r *http.Request) {
-		renderer{log: s.log, v1: !strings.HasPrefix(r.URL.Path, "/api/v2/"), methods: methods}.write(w, r, nil, errPanic)
+		renderer{log: s.log, v1: isV1(r), methods: methods}.write(w, r, nil, errPanic)
 	}
 	maxBody := max(manifestBodyLimit(opts.MaxManifestBytes), opts.MaxManifestBytes, maxSmallBody)
 	s.budget = &memoryBudget{size: max(cmp.Or(opts.BodyMemory, DefaultBodyMemory), decodeCost(maxBody))}
-	return withRequestLog(s.log, onPanic)(withBodies(s.budget, maxBody)(mux)), s
+	refuse := func(w http.ResponseWriter, r *http.Request, err error) {
+		renderer{log: s.log, v1: isV1(r), methods: methods}.write(w, r, nil, err)
+	}
+	return withRequestLog(s.log, onPanic)(withRequestChecks(refuse)(withBodies(s.budget, maxBody)(mux))), s
 }
+
+// isV1 tells whether a request outside the route table is answered in the
+// unprefixed generation's envelope.
+func isV1(r *http.Request) bool { return !strings.HasPrefix(r.URL.Path, "/api/v2/") }
 
 // allowHeader lists the methods a known path accepts.
 func allowHeader(methods map[string][]string, path string) string {
@@ -194,6 +203,8 @@ func TLSConfig(cert func() *tls.Certificate) *tls.Config {
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return cert(), nil
 		},
-		NextProtos: []string{"h2", "http/1.1"},
+		// http/1.0: clients that offer only it get HTTP/1.x instead of a
+		// failed handshake.
+		NextProtos: []string{"h2", "http/1.1", "http/1.0"},
 	}
 }
