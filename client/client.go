@@ -338,6 +338,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return r, &Error{
 			Method: method, Path: path, HTTPStatus: resp.StatusCode,
 			Status: env.Status, Message: msg, Data: nullToNil(env.Data),
+			RetryAfter: retryAfter(resp.Header),
 		}
 	}
 	if out != nil {

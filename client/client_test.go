@@ -252,6 +252,13 @@ func endpointCases(t *testing.T) []endpointCase {
 			req:  noBody,
 		},
 		{
+			name: "RecoverySecrets", route: "GET " + v2.PathRecoverSecrets,
+			data: map[string]any{"recoverySecrets": map[string]any{"alice": "AQI=", "bob": "Aw=="}},
+			call: func(ctx context.Context, c *client.Client) (any, error) { return c.RecoverySecrets(ctx) },
+			want: map[string][]byte{"alice": {1, 2}, "bob": {3}},
+			req:  noBody,
+		},
+		{
 			name: "GetSecrets", route: "GET " + v2.PathSecrets,
 			data: v2.SecretsGetResponse{Secrets: map[string]v2.Secret{"a": {Type: "symmetric-key", Size: 128, Private: []byte{1}, Public: []byte{1}}}},
 			call: func(ctx context.Context, c *client.Client) (any, error) { return c.GetSecrets(ctx, "a", "b") },
@@ -530,4 +537,24 @@ func testRSAKey(t *testing.T) *rsa.PrivateKey {
 		testRSA = k
 	}
 	return testRSA
+}
+
+// TestBusyAnswer: a 503 is ErrUnavailable (and ErrServer) with the
+// Coordinator's Retry-After.
+func TestBusyAnswer(t *testing.T) {
+	f := newFake(t)
+	c := pinned(t, f)
+	f.handle("POST "+v2.PathUpdate, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "3")
+		failure(http.StatusServiceUnavailable, "the Coordinator is busy", nil)(w, r)
+	})
+	_, err := c.Update(context.Background(), []byte(`{}`))
+	e, ok := client.AsError(err)
+	if !ok || !client.IsUnavailable(err) || !errors.Is(err, client.ErrServer) || errors.Is(err, client.ErrRejected) || e.RetryAfter != 3*time.Second {
+		t.Fatalf("error %#v", err)
+	}
+	f.handle("GET "+v2.PathStatus, failure(http.StatusInternalServerError, "broken", nil))
+	if _, err := c.Status(context.Background()); client.IsUnavailable(err) {
+		t.Fatalf("500 counts as unavailable: %v", err)
+	}
 }

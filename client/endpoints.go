@@ -124,6 +124,23 @@ func (c *Client) RecoveryPublicKey(ctx context.Context) (*rsa.PublicKey, error) 
 	return rsaPub, nil
 }
 
+// RecoverySecrets returns the encrypted recovery secrets last handed out, by
+// the manifest set or by the update that last changed the recovery keys
+// (GET /api/v2/recover/secrets), one per RecoveryKeys name: for when that
+// answer was lost. Each is encrypted to its recovery key
+// (DecryptRecoverySecret). It needs the client certificate of a manifest
+// user with UpdateManifest. ErrNotFound: the manifest has no recovery keys.
+func (c *Client) RecoverySecrets(ctx context.Context) (map[string][]byte, error) {
+	var out v2.RecoverySecretsResponse
+	if _, err := c.do(ctx, http.MethodGet, v2.PathRecoverSecrets, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	if out.RecoverySecrets == nil {
+		out.RecoverySecrets = map[string][]byte{}
+	}
+	return out.RecoverySecrets, nil
+}
+
 // GetSecrets returns the named secrets (GET /api/v2/secrets). It needs a
 // manifest user's client certificate (WithClientCertificate) with read
 // permission for all of them.

@@ -5,7 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 )
+
+// retryAfter reads a Retry-After header given in seconds (0 if absent or
+// a date).
+func retryAfter(h http.Header) time.Duration {
+	n, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
 
 // Error is an answer of the Coordinator other than success: a JSend fail
 // (the request was rejected, HTTP 4xx) or error (the service failed, HTTP
@@ -17,6 +29,9 @@ type Error struct {
 	Status     string          // JSend status: "fail" or "error"; empty if the body was not JSend
 	Message    string          // the Coordinator's message
 	Data       json.RawMessage // the data object of a fail response, if any
+	// RetryAfter is the Coordinator's Retry-After (with 503: it is busy
+	// with other large requests, or a request ran out of time); 0 if none.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -45,6 +60,8 @@ func (e *Error) Is(target error) bool {
 		return e.HTTPStatus == http.StatusConflict
 	case ErrTooLarge:
 		return e.HTTPStatus == http.StatusRequestEntityTooLarge
+	case ErrUnavailable:
+		return e.HTTPStatus == http.StatusServiceUnavailable
 	case ErrRejected:
 		return e.HTTPStatus >= 400 && e.HTTPStatus < 500
 	case ErrServer:
@@ -66,7 +83,13 @@ var (
 	ErrTooLarge         = errors.New("request too large")               // 413
 	ErrRejected         = errors.New("request rejected")                // any 4xx
 	ErrServer           = errors.New("coordinator failure")             // 5xx or an unexpected answer
+	ErrUnavailable      = errors.New("coordinator busy")                // 503: try again after Error.RetryAfter
 )
+
+// IsUnavailable reports whether err is a 503 answer: the Coordinator is
+// busy (or a request ran out of time) and the request may be repeated later
+// (see Error.RetryAfter).
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
 
 // IsNotFound reports whether err is a 404 answer of the Coordinator.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

@@ -9,6 +9,7 @@ const (
 	PathQuote            = "/api/v2/quote"
 	PathRecover          = "/api/v2/recover"
 	PathRecoverKey       = "/api/v2/recover/public-key"
+	PathRecoverSecrets   = "/api/v2/recover/secrets"
 	PathSecrets          = "/api/v2/secrets"
 	PathSignQuote        = "/api/v2/sign-quote"
 	PathUpdate           = "/api/v2/update"
@@ -68,6 +69,14 @@ type RecoverRequest struct {
 type RecoverResponse struct {
 	Remaining int    `json:"remaining"`
 	Message   string `json:"message"`
+}
+
+// RecoverySecretsResponse is the data of GET /api/v2/recover/secrets: the
+// encrypted recovery secrets last handed out (by the manifest set, or by the
+// update that last changed RecoveryKeys), one per RecoveryKeys name, each
+// encrypted to its key as in ManifestSetResponse.
+type RecoverySecretsResponse struct {
+	RecoverySecrets map[string][]byte `json:"recoverySecrets"`
 }
 
 // RecoveryPublicKeyResponse is the data of GET /api/v2/recover/public-key.

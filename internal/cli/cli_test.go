@@ -481,3 +481,69 @@ func TestGlobalFlags(t *testing.T) {
 		t.Fatalf("timeout: %d %q", code, errOut)
 	}
 }
+
+// TestRecoverSecretsCommand: 'recover secrets' fetches the secrets with the
+// user's certificate and writes them in the recovery-secrets file format
+// that 'recover' reads; the Coordinator's refusals become exit codes.
+func TestRecoverSecretsCommand(t *testing.T) {
+	f := newFakeCoordinator(t)
+	dir := t.TempDir()
+	t.Chdir(dir)
+	certPEM, keyPEM, _ := selfSigned(t, "alice")
+	os.WriteFile(filepath.Join(dir, "alice.crt"), certPEM, 0o600)
+	os.WriteFile(filepath.Join(dir, "alice.key"), keyPEM, 0o600)
+	env := map[string]string{EnvCoordinator: f.addr()}
+	user := []string{"--insecure", "--cert", "alice.crt", "--key", "alice.key"}
+	k := rsaKey(t)
+	plain := bytes.Repeat([]byte{7}, 32)
+	ct, err := rsa.EncryptOAEP(sha256.New(), rand.Reader, &k.PublicKey, plain, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := http.StatusOK
+	f.mux.HandleFunc("GET /api/v2/recover/secrets", func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case len(r.TLS.PeerCertificates) != 1:
+			reply(w, 401, "fail", nil, "unauthorized user: client certificate did not match any users")
+		case status != http.StatusOK:
+			reply(w, status, "fail", nil, "refused")
+		default:
+			reply(w, 200, "success", v2.RecoverySecretsResponse{RecoverySecrets: map[string][]byte{"owner": ct, "other": {1}}}, "")
+		}
+	})
+
+	code, out, errOut := run(t, env, append([]string{"recover", "secrets", "-f", "rs.json"}, user...)...)
+	if code != 0 || out != "Recovery secrets for other, owner written to rs.json.\n" {
+		t.Fatalf("to a file: %d %q %q", code, out, errOut)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "rs.json")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("file: %v %v", st, err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "rs.json"))
+	got, err := recoverySecret(raw, "owner", k)
+	if err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("the written file does not give the secret back: %q %v", got, err)
+	}
+	// Standard output holds the same JSON; -o json the object.
+	code, out, _ = run(t, env, append([]string{"recover", "secrets"}, user...)...)
+	if code != 0 || out != string(raw) {
+		t.Fatalf("to standard output: %d %q", code, out)
+	}
+	code, out, _ = run(t, env, append([]string{"recover", "secrets", "-o", "json"}, user...)...)
+	var js struct {
+		RecoverySecrets map[string][]byte `json:"recoverySecrets"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || !bytes.Equal(js.RecoverySecrets["owner"], ct) {
+		t.Fatalf("json: %d %q", code, out)
+	}
+	// Without a certificate: a usage error before any request.
+	if code, _, _ := run(t, env, "recover", "secrets", "--insecure"); code != ExitUsage {
+		t.Fatalf("without certificate: exit %d", code)
+	}
+	for st, want := range map[int]int{http.StatusForbidden: ExitRejected, http.StatusNotFound: ExitNotFound, http.StatusConflict: ExitConflict} {
+		status = st
+		if code, _, errOut := run(t, env, append([]string{"recover", "secrets"}, user...)...); code != want || !strings.Contains(errOut, "fetching the recovery secrets: refused") {
+			t.Errorf("HTTP %d: exit %d %q, want %d", st, code, errOut, want)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -42,19 +41,14 @@ func (a *app) saveRecoverySecrets(file string, secrets map[string][]byte) error 
 	if len(secrets) == 0 {
 		return nil
 	}
-	names := make([]string, 0, len(secrets))
-	for n := range secrets {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	buf, err := json.MarshalIndent(recoverySecretsFile{RecoverySecrets: secrets}, "", "  ")
+	names := sortedKeys(secrets)
+	buf, err := recoverySecretsJSON(secrets)
 	if err != nil {
 		return err
 	}
-	buf = append(buf, '\n')
 	if file == "" {
 		if !a.jsonOutput() {
-			a.notef("The encrypted recovery secrets (for %s) follow; they are returned only once: store them (next time use --recovery-secrets-file).\n", strings.Join(names, ", "))
+			a.notef("The encrypted recovery secrets (for %s) follow: store them (next time use --recovery-secrets-file; 'quarry recover secrets' fetches them again).\n", strings.Join(names, ", "))
 			_, err := a.out.Write(buf)
 			return err
 		}
@@ -67,6 +61,15 @@ func (a *app) saveRecoverySecrets(file string, secrets map[string][]byte) error 
 		a.printf("Recovery secrets for %s written to %s.\n", strings.Join(names, ", "), file)
 	}
 	return nil
+}
+
+// recoverySecretsJSON is the content of a recovery secrets file.
+func recoverySecretsJSON(secrets map[string][]byte) ([]byte, error) {
+	buf, err := json.MarshalIndent(recoverySecretsFile{RecoverySecrets: secrets}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, '\n'), nil
 }
 
 // status prints a text-mode status line: to standard output, or to standard

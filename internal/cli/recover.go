@@ -90,7 +90,56 @@ the original root is back.`,
 	c.Flags().StringVar(&keyFile, "recovery-key", "", "PEM file with the recovery private key (RSA)")
 	c.Flags().StringVar(&name, "name", "", "the RecoveryKeys name of the secret in SECRETS_FILE")
 	c.Flags().BoolVar(&ephemeral, "ephemeral", false, "encrypt the secret to the Coordinator's ephemeral key for the upload")
-	c.AddCommand(a.recoverPublicKeyCommand())
+	c.AddCommand(a.recoverPublicKeyCommand(), a.recoverSecretsCommand())
+	return c
+}
+
+func (a *app) recoverSecretsCommand() *cobra.Command {
+	var file string
+	c := &cobra.Command{
+		Use:   "secrets",
+		Short: "Fetch the encrypted recovery secrets again (a manifest user with UpdateManifest)",
+		Long: `Fetch the encrypted recovery secrets that the Coordinator last handed out:
+those of the manifest set, or of the update that last changed RecoveryKeys.
+Use it when that answer was lost. The Coordinator must be running (state 3)
+and the caller a manifest user with UpdateManifest (--cert, --key). Each
+secret is encrypted to its recovery key, so only the key owners can use it.
+
+The secrets are written to --file (JSON, mode 0600, the format of
+'manifest set --recovery-secrets-file', which 'quarry recover' reads) or
+else printed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.connect(cmd.Context(), needClientCert)
+			if err != nil {
+				return err
+			}
+			secrets, err := s.c.RecoverySecrets(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("fetching the recovery secrets: %w", err)
+			}
+			if a.jsonOutput() && file == "" {
+				return a.printJSON(map[string]any{"recoverySecrets": secrets})
+			}
+			buf, err := recoverySecretsJSON(secrets)
+			if err != nil {
+				return err
+			}
+			if file == "" || file == "-" {
+				_, err := a.out.Write(buf)
+				return err
+			}
+			if err := writeFile(file, buf, 0o600); err != nil {
+				return err
+			}
+			if a.jsonOutput() {
+				return a.printJSON(map[string]any{"recoverySecretsFile": file, "keys": sortedKeys(secrets)})
+			}
+			a.printf("Recovery secrets for %s written to %s.\n", strings.Join(sortedKeys(secrets), ", "), file)
+			return nil
+		},
+	}
+	c.Flags().StringVarP(&file, "file", "f", "", "write the secrets to this JSON file (mode 0600) instead of standard output")
 	return c
 }
 

@@ -3,6 +3,8 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -46,6 +48,7 @@ func userEndpoints() []userEndpoint {
 		{method: http.MethodPost, path: "/api/v2/update", body: map[string][]byte{"manifest": packageUpdate(2)}},
 		{method: http.MethodPost, path: "/api/v2/update-manifest", body: map[string][]byte{"manifest": packageUpdate(2)}},
 		{method: http.MethodPost, path: "/api/v2/update-cancel"},
+		{method: http.MethodGet, path: "/api/v2/recover/secrets"},
 		{method: http.MethodGet, path: "/secrets?s=symkey", v1: true},
 		{method: http.MethodPost, path: "/secrets", body: map[string]any{"userkey": map[string]any{"Key": make([]byte, 32)}}, v1: true},
 		{method: http.MethodPost, path: "/update", body: packageUpdate(2), v1: true},
@@ -554,4 +557,100 @@ func TestALPNHTTP10(t *testing.T) {
 	if strings.Contains(c.Logs(), "handshake error") {
 		t.Fatalf("handshake error logged:\n%s", c.Logs())
 	}
+}
+
+// TestRecoverySecretsFetchedAgain: the answer with the recovery secrets is
+// lost; a user with UpdateManifest fetches them again (GET
+// /api/v2/recover/secrets), they decrypt with the recovery keys and recover
+// the state. Strangers get 401, users without UpdateManifest 403, a
+// manifest without recovery keys 404, other states 409; after an update
+// that changes the keys, the new secrets are served.
+func TestRecoverySecretsFetchedAgain(t *testing.T) {
+	s := newUpdateSetup(t, 0, "reader:carol")
+	_, root := getChain(t, s.c, s.c.client(nil, nil))
+	const path = "/api/v2/recover/secrets"
+	// The fixture has no recovery keys: nothing to fetch.
+	expect(t, do(t, s.clients["alice"], http.MethodGet, s.c.url(path), nil), http.StatusNotFound, "fail")
+
+	keys := recoveryKeys(t, 3)
+	next := s.newManifest(t, func(f *fixture) {
+		f.set("RecoveryKeys", map[string]any{"k1": publicKeyPEM(t, keys[0]), "k2": publicKeyPEM(t, keys[1])})
+	})
+	expect(t, s.post(t, "alice", "/api/v2/update", next), http.StatusOK, "success")
+	expect(t, s.post(t, "bob", "/api/v2/update-manifest", next), http.StatusOK, "success") // answer "lost"
+
+	stranger, _ := newUserCert(t, "stranger")
+	fake := impostor(t, s.f.users["alice"].cert)
+	for name, hc := range map[string]*http.Client{
+		"anonymous": s.c.client(nil, nil), "stranger": s.c.client(nil, &stranger), "impostor": s.c.client(nil, &fake),
+	} {
+		if r := do(t, hc, http.MethodGet, s.c.url(path), nil); r.HTTPStatus != http.StatusUnauthorized {
+			t.Errorf("%s: answer %d %s", name, r.HTTPStatus, r.Raw)
+		}
+	}
+	expect(t, do(t, s.clients["carol"], http.MethodGet, s.c.url(path), nil), http.StatusForbidden, "fail")
+	// Only GET, and no v1 twin.
+	expect(t, do(t, s.clients["alice"], http.MethodPost, s.c.url(path), nil), http.StatusMethodNotAllowed, "fail")
+	expectV1(t, do(t, s.clients["alice"], http.MethodGet, s.c.url("/recover/secrets"), nil), http.StatusNotFound, "error")
+
+	r := do(t, s.clients["bob"], http.MethodGet, s.c.url(path), nil)
+	expect(t, r, http.StatusOK, "success")
+	var got struct {
+		RecoverySecrets map[string][]byte `json:"recoverySecrets"`
+	}
+	decode(t, r, &got)
+	if len(got.RecoverySecrets) != 2 {
+		t.Fatalf("recovery secrets %s", r.Data)
+	}
+	plain := map[string][]byte{}
+	for i, name := range []string{"k1", "k2"} {
+		p, err := rsa.DecryptOAEP(sha256.New(), nil, keys[i], got.RecoverySecrets[name], nil)
+		if err != nil {
+			t.Fatalf("decrypting %s: %v", name, err)
+		}
+		plain[name] = p
+	}
+	// The same secrets again, and after a restart (they are sealed).
+	s.c.restart()
+	r2 := do(t, s.clients["alice"], http.MethodGet, s.c.url(path), nil)
+	expect(t, r2, http.StatusOK, "success")
+	if string(r2.Data) != string(r.Data) {
+		t.Fatalf("the secrets changed: %s, then %s", r.Data, r2.Data)
+	}
+
+	// Recovery mode: the state cannot be read, 409; the fetched secrets
+	// recover it.
+	s.c.kill()
+	os.Remove(filepath.Join(s.c.sealDir, "sealed_key"))
+	s.c.start()
+	expectState(t, s.c, s.c.client(nil, nil), 1, msgRecovery)
+	expect(t, do(t, s.clients["alice"], http.MethodGet, s.c.url(path), nil), http.StatusConflict, "fail")
+	for i, name := range []string{"k1", "k2"} {
+		expect(t, postRecover(t, s.c, plain[name], sign(t, keys[i], plain[name])), http.StatusOK, "success")
+	}
+	expectState(t, s.c, s.c.client(nil, nil), 3, msgRunning)
+	checkManifest(t, s.c, s.c.client(root, nil), root, next)
+
+	// An update that changes the keys: the fetch serves the new secrets,
+	// those of the answer.
+	third := s.newManifest(t, func(f *fixture) {
+		f.set("RecoveryKeys", map[string]any{"k3": publicKeyPEM(t, keys[2])})
+	})
+	expect(t, s.post(t, "alice", "/api/v2/update", third), http.StatusOK, "success")
+	ack := s.post(t, "bob", "/api/v2/update-manifest", third)
+	expect(t, ack, http.StatusOK, "success")
+	var applied updateData
+	decode(t, ack, &applied)
+	r3 := do(t, s.clients["alice"], http.MethodGet, s.c.url(path), nil)
+	expect(t, r3, http.StatusOK, "success")
+	got.RecoverySecrets = nil
+	decode(t, r3, &got)
+	if len(got.RecoverySecrets) != 1 || string(got.RecoverySecrets["k3"]) != string(applied.RecoverySecrets["k3"]) {
+		t.Fatalf("after the update: %s; the update answered %v", r3.Data, applied.RecoverySecrets)
+	}
+
+	// State 2: no manifest, no users.
+	empty := startCoordinator(t, "")
+	alice := s.f.users["alice"].cert
+	expect(t, do(t, empty.client(nil, &alice), http.MethodGet, empty.url("/api/v2/recover/secrets"), nil), http.StatusConflict, "fail")
 }

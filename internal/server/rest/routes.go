@@ -42,6 +42,7 @@ type Coordinator interface {
 	SignQuote(ctx context.Context, quote []byte) (core.SignQuoteResult, error)
 	// AuthenticateUser is the cheap check before a body is read (D16).
 	AuthenticateUser(peer []*x509.Certificate) error
+	RecoverySecrets(ctx context.Context, peer []*x509.Certificate) (map[string][]byte, error)
 }
 
 // Options configure the server.
@@ -105,6 +106,7 @@ func (s *server) routes() []route {
 		{method: http.MethodGet, path: v2.PathQuote, handle: s.getQuote},
 		{method: http.MethodPost, path: v2.PathRecover, handle: s.postRecover},
 		{method: http.MethodGet, path: v2.PathRecoverKey, handle: s.getRecoveryKey},
+		{method: http.MethodGet, path: v2.PathRecoverSecrets, handle: s.getRecoverySecrets},
 		{method: http.MethodGet, path: v2.PathSecrets, handle: s.getSecrets},
 		{method: http.MethodPost, path: v2.PathSecrets, handle: s.postSecrets},
 		{method: http.MethodGet, path: v2.PathUpdate, handle: s.getUpdateLog},

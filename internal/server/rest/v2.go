@@ -115,3 +115,15 @@ func (s *server) getRecoveryKey(r *http.Request) (any, error) {
 	}
 	return v2.RecoveryPublicKeyResponse{Algorithm: "RSA", EphemeralPublicKey: der}, nil
 }
+
+// getRecoverySecrets returns the encrypted recovery secrets last handed out
+// to a user holding UpdateManifest, so that an answer lost on the way (to
+// the manifest set or to the update that changed RecoveryKeys) can be
+// fetched again.
+func (s *server) getRecoverySecrets(r *http.Request) (any, error) {
+	secrets, err := s.c.RecoverySecrets(r.Context(), peerCertificates(r))
+	if err != nil {
+		return nil, err
+	}
+	return v2.RecoverySecretsResponse{RecoverySecrets: secrets}, nil
+}
