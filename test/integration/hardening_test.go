@@ -229,10 +229,11 @@ func (rc *rawConn) readAnswerErr(method string) (*http.Response, response, error
 }
 
 // TestCheapChecksBeforeTheBody: the endpoints that need a user answer 401
-// (no or unknown certificate) or 409 (wrong state) after the headers and a
-// few bytes of an 8 MiB body, without waiting for the rest (D16); a client
-// that asks for "100 Continue" gets the final answer instead and never has
-// to send the body.
+// (no or unknown certificate) or 409 (wrong state), and the manifest set
+// and recover 409 (wrong state), after the headers and a few bytes of an
+// 8 MiB body, without waiting for the rest (D16); a client that asks for
+// "100 Continue" gets the final answer instead and never has to send the
+// body.
 func TestCheapChecksBeforeTheBody(t *testing.T) {
 	running := startCoordinator(t, "")
 	f := newFixture(t)
@@ -257,6 +258,13 @@ func TestCheapChecksBeforeTheBody(t *testing.T) {
 		{running, "anonymous", nil, "/update-manifest", http.StatusUnauthorized},
 		{running, "anonymous", nil, "/update-cancel", http.StatusUnauthorized},
 		{running, "stranger", &stranger, "/secrets", http.StatusUnauthorized},
+		// No user needed, but the state is checked first: nobody can hold
+		// body memory of a running Coordinator with a slow upload.
+		{running, "anonymous", nil, "/api/v2/manifest", http.StatusConflict},
+		{running, "anonymous", nil, "/manifest", http.StatusConflict},
+		{running, "anonymous", nil, "/api/v2/recover", http.StatusConflict},
+		{running, "anonymous", nil, "/recover", http.StatusForbidden}, // v1 recover is off
+		{empty, "anonymous", nil, "/api/v2/recover", http.StatusConflict},
 		{empty, "alice", &alice, "/api/v2/update", http.StatusConflict},
 		{empty, "alice", &alice, "/api/v2/secrets", http.StatusConflict},
 		{empty, "alice", &alice, "/update", http.StatusConflict},

@@ -233,6 +233,10 @@ func TestRecoveryWithEphemeralKey(t *testing.T) {
 func TestRecoveryRejectsBadUploads(t *testing.T) {
 	s := newRecoverySetup(t, 2, 0)
 	s.breakKey(t)
+	// Malformed bodies in recovery mode: 400, and the round is not touched.
+	for _, body := range []string{"{", `{"recoverySecret":"AAAA"}`, `{"recoverySecretSignature":"AAAA"}`} {
+		expect(t, do(t, s.c.client(nil, nil), http.MethodPost, s.c.url("/api/v2/recover"), body), http.StatusBadRequest, "fail")
+	}
 	k1 := s.secrets["key1"]
 	garbage := make([]byte, 32)
 	rand.Read(garbage)
@@ -269,9 +273,9 @@ func TestRecoveryRejectsBadUploads(t *testing.T) {
 	// Recovery in state 3: 409.
 	r = postRecover(t, s.c, k1, sign(t, s.keys["key1"], k1))
 	expect(t, r, http.StatusConflict, "fail")
-	// Malformed bodies.
+	// Malformed bodies: in state 3 the state is checked first (409, D16).
 	for _, body := range []string{"{", `{"recoverySecret":"AAAA"}`, `{"recoverySecretSignature":"AAAA"}`} {
-		expect(t, do(t, s.c.client(nil, nil), http.MethodPost, s.c.url("/api/v2/recover"), body), http.StatusBadRequest, "fail")
+		expect(t, do(t, s.c.client(nil, nil), http.MethodPost, s.c.url("/api/v2/recover"), body), http.StatusConflict, "fail")
 	}
 }
 

@@ -196,7 +196,11 @@ func TestV1Recover(t *testing.T) {
 			t.Fatalf("remaining %d", d.Remaining)
 		}
 		if i == 0 {
-			// A reused share is refused with error, never fail.
+			// Malformed bodies and a reused share are refused with
+			// error, never fail.
+			for _, body := range []string{"[1,2,300]", "{", "[]"} {
+				expectV1(t, do(t, anon, http.MethodPost, s.c.url("/recover"), body), http.StatusBadRequest, "error")
+			}
 			expectV1(t, do(t, anon, http.MethodPost, s.c.url("/recover"), toInts(s.secrets[name])), http.StatusBadRequest, "error")
 		}
 	}
@@ -242,8 +246,8 @@ func TestV1NeverFails(t *testing.T) {
 		{http.MethodPost, "/manifest", anon, "", http.StatusBadRequest},
 		{http.MethodPost, "/manifest", anon, strings.Repeat("x", 8192), http.StatusRequestEntityTooLarge},
 		{http.MethodPost, "/recover", anon, "[1,2,3]", http.StatusConflict},
-		{http.MethodPost, "/recover", anon, "[1,2,300]", http.StatusBadRequest},
-		{http.MethodPost, "/recover", anon, "{", http.StatusBadRequest},
+		{http.MethodPost, "/recover", anon, "[1,2,300]", http.StatusConflict}, // state before body (D16)
+		{http.MethodPost, "/recover", anon, "{", http.StatusConflict},
 		{http.MethodGet, "/secrets", anon, nil, http.StatusBadRequest},
 		{http.MethodGet, "/secrets?s=", anon, nil, http.StatusBadRequest},
 		{http.MethodGet, "/secrets?s=x", sc, nil, http.StatusConflict},

@@ -46,6 +46,9 @@ func (s *server) v1GetManifest(*http.Request) (any, error) {
 }
 
 func (s *server) v1PostManifest(r *http.Request) (any, error) {
+	if err := s.checkState(opSetManifest, core.StateRecovery, core.StateAcceptingManifest); err != nil {
+		return nil, err
+	}
 	raw, err := readRawBody(r, s.opts.MaxManifestBytes)
 	if err != nil {
 		return nil, err
@@ -74,6 +77,9 @@ var errV1RecoverDisabled = &disabledError{msg: "POST /recover (v1) is disabled: 
 func (s *server) v1PostRecover(r *http.Request) (any, error) {
 	if !s.opts.EnableV1Recover {
 		return nil, errV1RecoverDisabled
+	}
+	if err := s.checkState(opRecover, core.StateRecovery); err != nil {
+		return nil, err
 	}
 	var secret []byte
 	if err := decodeBody(r, maxRecoverBody, &secret); err != nil {

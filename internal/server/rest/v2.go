@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	v2 "github.com/quarry-cc/quarry/api/v2"
+	"github.com/quarry-cc/quarry/internal/core"
 )
 
 // maxNonceBytes bounds the decoded quote nonce.
@@ -48,6 +49,9 @@ type manifestCache struct {
 }
 
 func (s *server) postManifest(r *http.Request) (any, error) {
+	if err := s.checkState(opSetManifest, core.StateRecovery, core.StateAcceptingManifest); err != nil {
+		return nil, err
+	}
 	raw, err := s.readManifestBody(r)
 	if err != nil {
 		return nil, err
@@ -91,6 +95,9 @@ func decodeNonce(s string) ([]byte, error) {
 }
 
 func (s *server) postRecover(r *http.Request) (any, error) {
+	if err := s.checkState(opRecover, core.StateRecovery); err != nil {
+		return nil, err
+	}
 	var req v2.RecoverRequest
 	if err := decodeBody(r, maxRecoverBody, &req); err != nil {
 		return nil, err
