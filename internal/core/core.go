@@ -59,6 +59,12 @@ type Options struct {
 	// SecretLimits bound the secrets a manifest set or full update may
 	// generate (zero fields: no limit; see secrets.DefaultLimits).
 	SecretLimits secrets.Limits
+	// ActivationEvents is how many activation events are kept in memory
+	// (0: DefaultActivationEvents; negative: none).
+	ActivationEvents int
+	// OnActivation, if set, is called after every activation attempt with
+	// the Marble type and "" on success or the refusal reason (metrics).
+	OnActivation func(marbleType string, refused ActivationRefusal)
 	// Rand and Now default to crypto/rand and time.Now.
 	Rand io.Reader
 	Now  func() time.Time
@@ -85,6 +91,12 @@ type Core struct {
 	header sealHeader
 	// rec is the recovery round (recovery mode only).
 	rec recoveryRound
+
+	// simulation is set when the Coordinator has no quote issuer: Marble
+	// quotes are then not checked (as MarbleRun does).
+	simulation bool
+	simOnce    sync.Once
+	events     eventLog
 
 	snap atomic.Pointer[snapshot]
 }
@@ -125,6 +137,11 @@ type sealedState struct {
 	UpdateLog []string
 	// Pending is the full manifest update waiting for acknowledgements.
 	Pending *pendingUpdate `json:",omitempty"`
+	// Activations counts the activations of each Marble type with
+	// MaxActivations (never reset, not even by updates).
+	Activations map[string]uint64 `json:",omitempty"`
+	// MonotonicCounters are the Marbles' counters by counterKey.
+	MonotonicCounters map[string]uint64 `json:",omitempty"`
 	// RecoverySecrets are the encrypted recovery secrets last handed out
 	// (at manifest set, or by the update that changed the recovery keys),
 	// kept so that a lost response can be fetched again. They are
@@ -160,7 +177,11 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	if opts.EphemeralKeyBits == 0 {
 		opts.EphemeralKeyBits = 4096
 	}
+	if opts.ActivationEvents == 0 {
+		opts.ActivationEvents = DefaultActivationEvents
+	}
 	c := &Core{opts: opts, log: opts.Logger}
+	c.events.limit = opts.ActivationEvents
 	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger}
 	snap, err := c.load(ctx)
 	if err != nil {
@@ -172,7 +193,8 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 		}
 		c.log.Error("no quote at start; continuing without one because quote failures are allowed (development mode)", "error", err.Error())
 	} else if snap.quote == nil {
-		c.log.Warn("no quote can be produced: running in simulation mode; clients must opt in to trusting an unattested Coordinator")
+		c.simulation = true
+		c.log.Warn("no quote can be produced: running in simulation mode; clients must opt in to trusting an unattested Coordinator, and Marbles are activated without attestation")
 	}
 	c.snap.Store(snap)
 	return c, nil

@@ -2,8 +2,8 @@ package core
 
 import (
 	"bytes"
-	"crypto/x509"
 	"context"
+	"crypto/x509"
 	"errors"
 	"os"
 	"path/filepath"

@@ -1,0 +1,59 @@
+package core
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// DefaultActivationEvents is how many activation events are kept by
+// default.
+const DefaultActivationEvents = 10_000
+
+// ActivationEvent is one successful Marble activation (behaviour.md §13).
+type ActivationEvent struct {
+	Time       time.Time
+	MarbleType string
+	UUID       string
+	// Quote is the Marble's quote; nil in simulation.
+	Quote []byte
+}
+
+// eventLog keeps the latest activation events in memory, bounded: when
+// full, the oldest is dropped and the drop counted.
+type eventLog struct {
+	mu      sync.Mutex
+	limit   int
+	events  []ActivationEvent // ring buffer of at most limit events
+	next    int               // where the next event goes once full
+	dropped uint64
+}
+
+func (l *eventLog) record(e ActivationEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.limit <= 0 {
+		l.dropped++
+		return
+	}
+	if len(l.events) < l.limit {
+		l.events = append(l.events, e)
+		return
+	}
+	l.events[l.next] = e
+	l.next = (l.next + 1) % l.limit
+	l.dropped++
+}
+
+// snapshot returns the kept events, oldest first, and how many were
+// dropped.
+func (l *eventLog) snapshot() ([]ActivationEvent, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := slices.Concat(l.events[l.next:], l.events[:l.next])
+	return out, l.dropped
+}
+
+// ActivationEvents returns the kept activation events, oldest first, and
+// the number of older events dropped because the log was full.
+func (c *Core) ActivationEvents() ([]ActivationEvent, uint64) { return c.events.snapshot() }
