@@ -84,6 +84,7 @@ const (
 	opRecover     operation = "recover"
 	opSecrets     operation = "read or write secrets"
 	opUpdate      operation = "update"
+	opCounter     operation = "set a monotonic counter"
 )
 
 // allowedIn lists, per operation, the states in which it may run.
@@ -94,6 +95,7 @@ var allowedIn = map[operation][]State{
 	opRecover:     {StateRecovery},
 	opSecrets:     {StateAcceptingMarbles},
 	opUpdate:      {StateAcceptingMarbles},
+	opCounter:     {StateAcceptingMarbles},
 }
 
 // require returns nil if op may run in s, else a *WrongStateError.
