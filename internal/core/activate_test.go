@@ -314,7 +314,9 @@ func TestActivateRefusals(t *testing.T) {
 // a quote that is a 384-byte report body.
 type fakeIssuer struct{}
 
-func (fakeIssuer) Issue(context.Context, [64]byte) ([]byte, error) { return []byte("coordinator quote"), nil }
+func (fakeIssuer) Issue(context.Context, [64]byte) ([]byte, error) {
+	return []byte("coordinator quote"), nil
+}
 
 type fakeVerifier struct{ status tcbstatus.Status }
 
@@ -478,5 +480,3 @@ func (c *Core) updatePackagesForTest(t *testing.T) error {
 	c.snap.Store(&next)
 	return nil
 }
-
-
