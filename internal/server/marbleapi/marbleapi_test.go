@@ -213,7 +213,9 @@ func TestPanicIsInternalAndServerGoesOn(t *testing.T) {
 }
 
 func TestRequestTooLarge(t *testing.T) {
-	fake := &fakeCoordinator{answer: func(context.Context, core.ActivationRequest) (*core.Activation, error) { return &core.Activation{}, nil }}
+	fake := &fakeCoordinator{answer: func(context.Context, core.ActivationRequest) (*core.Activation, error) {
+		return &core.Activation{}, nil
+	}}
 	ts := startServer(t, fake, Options{})
 	c := dial(t, ts.addr, selfSigned(t, "m", false))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -252,7 +254,9 @@ func TestMaxSendBytesFor(t *testing.T) {
 }
 
 func TestNoClientCertificate(t *testing.T) {
-	fake := &fakeCoordinator{answer: func(context.Context, core.ActivationRequest) (*core.Activation, error) { return &core.Activation{}, nil }}
+	fake := &fakeCoordinator{answer: func(context.Context, core.ActivationRequest) (*core.Activation, error) {
+		return &core.Activation{}, nil
+	}}
 	ts := startServer(t, fake, Options{})
 	_, err := activate(context.Background(), dial(t, ts.addr))
 	if c := status.Code(err); c != codes.Unavailable && c != codes.Unauthenticated {
@@ -287,7 +291,9 @@ func TestOldTLSRefused(t *testing.T) {
 // the certificate the Coordinator has now (the Marble Root changes with
 // updates and recovery).
 func TestServerPresentsCurrentMarbleRoot(t *testing.T) {
-	fake := &fakeCoordinator{answer: func(context.Context, core.ActivationRequest) (*core.Activation, error) { return &core.Activation{}, nil }}
+	fake := &fakeCoordinator{answer: func(context.Context, core.ActivationRequest) (*core.Activation, error) {
+		return &core.Activation{}, nil
+	}}
 	ts := startServer(t, fake, Options{})
 	presented := func() []byte {
 		t.Helper()
@@ -324,7 +330,9 @@ func TestDeadline(t *testing.T) {
 // TestConnectionLimit checks that connections over the limit wait until
 // one closes.
 func TestConnectionLimit(t *testing.T) {
-	fake := &fakeCoordinator{answer: func(context.Context, core.ActivationRequest) (*core.Activation, error) { return &core.Activation{}, nil }}
+	fake := &fakeCoordinator{answer: func(context.Context, core.ActivationRequest) (*core.Activation, error) {
+		return &core.Activation{}, nil
+	}}
 	ts := startServer(t, fake, Options{MaxConnections: 1})
 	first, err := tls.Dial("tcp", ts.addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"},
 		Certificates: []tls.Certificate{selfSigned(t, "m", false)}})
