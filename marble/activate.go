@@ -1,0 +1,288 @@
+package marble
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/quarry-cc/quarry/api/marblepb"
+)
+
+// Defaults of Options (behaviour.md §11.2 for the MarbleRun ones).
+const (
+	DefaultCoordinatorAddr = "localhost:2001"
+	DefaultDNSName         = "localhost"
+	DefaultUUIDFile        = "uuid" // in the working directory
+	DefaultAttempts        = 10
+	DefaultRetryDelay      = time.Second
+)
+
+// MaxRetryDelay caps the delay between two attempts, which doubles after
+// each failed one.
+const MaxRetryDelay = 10 * time.Second
+
+// MaxResponseSize bounds the Coordinator's answer (the rendered Files and
+// Env). gRPC's default of 4 MiB is too small for large manifests.
+const MaxResponseSize = 128 << 20
+
+// attemptTimeout bounds one attempt: connecting and the Coordinator's
+// answer.
+const attemptTimeout = time.Minute
+
+// Options configure Activate. Only MarbleType is required.
+type Options struct {
+	// MarbleType names the Marble in the manifest (EDG_MARBLE_TYPE).
+	MarbleType string
+	// CoordinatorAddr is the Coordinator's Marble API address, host:port
+	// (EDG_MARBLE_COORDINATOR_ADDR); default "localhost:2001".
+	CoordinatorAddr string
+	// DNSNames are the Marble's names for its certificate and CSR
+	// (EDG_MARBLE_DNS_NAMES); default ["localhost"]. Entries that parse as
+	// IP addresses become IP SANs; 127.0.0.1 and ::1 are always added.
+	DNSNames []string
+	// UUIDFile holds the Marble's UUID (EDG_MARBLE_UUID_FILE); default
+	// "uuid" in the working directory. If it does not exist, a random
+	// (version 4) UUID is written to it with mode 0600; its directory must
+	// exist.
+	UUIDFile string
+	// Issuer produces the quote. nil, or an Issuer failing with
+	// ErrUnsupported, means simulation: the quote is empty. Any other
+	// Issuer failure fails Activate.
+	Issuer Issuer
+	// RootCAs, if not nil, pins the Coordinator: its TLS certificate must
+	// chain to one of these roots (for Quarry and MarbleRun, the Marble
+	// Root, MARBLE_PREDEFINED_ROOT_CA of an earlier activation). Host names
+	// are not checked. nil (the default, as MarbleRun's premain) accepts
+	// any certificate.
+	RootCAs *x509.CertPool
+	// Attempts bounds how often the activation is tried while the
+	// Coordinator is unreachable (gRPC Unavailable, DeadlineExceeded) or not
+	// yet ready for Marbles (FailedPrecondition); default 10. 1 tries once,
+	// as MarbleRun's premain does. Refusals end Activate at once.
+	Attempts int
+	// RetryDelay is the wait after the first failed attempt; it doubles
+	// after each further one, up to MaxRetryDelay. Default one second.
+	RetryDelay time.Duration
+}
+
+// withDefaults returns o with defaults filled in, or an error for invalid
+// settings.
+func (o Options) withDefaults() (Options, error) {
+	if o.MarbleType == "" {
+		return o, errNoMarbleType
+	}
+	if o.CoordinatorAddr == "" {
+		o.CoordinatorAddr = DefaultCoordinatorAddr
+	}
+	if len(o.DNSNames) == 0 {
+		o.DNSNames = []string{DefaultDNSName}
+	}
+	if o.UUIDFile == "" {
+		o.UUIDFile = DefaultUUIDFile
+	}
+	switch {
+	case o.Attempts < 0:
+		return o, fmt.Errorf("marble: negative number of attempts %d", o.Attempts)
+	case o.Attempts == 0:
+		o.Attempts = DefaultAttempts
+	}
+	switch {
+	case o.RetryDelay < 0:
+		return o, fmt.Errorf("marble: negative retry delay %s", o.RetryDelay)
+	case o.RetryDelay == 0:
+		o.RetryDelay = DefaultRetryDelay
+	}
+	return o, nil
+}
+
+// Activate activates the Marble at the Coordinator and returns its
+// parameters (behaviour.md §11.2). It does not apply them.
+//
+// The key, certificate, CSR and quote are made once; only the request is
+// repeated while the Coordinator is unreachable or not yet ready, up to
+// Options.Attempts times with a growing delay, and never beyond ctx. A
+// refusal returns at once. Errors from the Coordinator match
+// *CoordinatorError (errors.As) and carry its gRPC code and message.
+func Activate(ctx context.Context, opts Options) (*Parameters, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	sans, err := newSANs(opts.DNSNames)
+	if err != nil {
+		return nil, err
+	}
+	id, err := loadOrCreateUUID(opts.UUIDFile)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("marble: generating the key: %w", err)
+	}
+	cert, err := selfSignedCert(key, sans, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	csr, err := certificateRequest(key, sans)
+	if err != nil {
+		return nil, err
+	}
+	quote, err := issueQuote(ctx, opts.Issuer, cert.Raw)
+	if err != nil {
+		return nil, err
+	}
+	req := &marblepb.ActivationReq{Quote: quote, CSR: csr, MarbleType: opts.MarbleType, UUID: id}
+	clientCert := tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
+
+	delay := opts.RetryDelay
+	for attempt := 1; ; attempt++ {
+		params, err := activateOnce(ctx, opts, clientCert, req)
+		if err == nil {
+			return params, nil
+		}
+		var ce *CoordinatorError
+		retry := errors.As(err, &ce) && retryable(ce.Code) && ctx.Err() == nil
+		if !retry {
+			return nil, fmt.Errorf("marble: activating %q at %s: %w", opts.MarbleType, opts.CoordinatorAddr, err)
+		}
+		if attempt >= opts.Attempts {
+			return nil, fmt.Errorf("marble: activating %q at %s: giving up after %s: %w", opts.MarbleType, opts.CoordinatorAddr, attempts(attempt), err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("marble: activating %q at %s: %w (last attempt: %v)", opts.MarbleType, opts.CoordinatorAddr, ctx.Err(), err)
+		case <-t.C:
+		}
+		delay = min(2*delay, MaxRetryDelay)
+	}
+}
+
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
+}
+
+// retryable reports whether an activation answered with code may succeed
+// later: the Coordinator is unreachable, slow, or not yet accepting Marbles.
+func retryable(code codes.Code) bool {
+	return code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.FailedPrecondition
+}
+
+// issueQuote returns the quote over SHA-256(certDER), empty in simulation.
+func issueQuote(ctx context.Context, is Issuer, certDER []byte) ([]byte, error) {
+	if is == nil {
+		return []byte{}, nil
+	}
+	var rd [64]byte
+	h := sha256.Sum256(certDER)
+	copy(rd[:], h[:])
+	q, err := is.Issue(ctx, rd)
+	switch {
+	case errors.Is(err, ErrUnsupported):
+		return []byte{}, nil
+	case err != nil:
+		return nil, fmt.Errorf("marble: obtaining a quote: %w", err)
+	}
+	return q, nil
+}
+
+// activateOnce makes one connection to the Coordinator and sends req.
+func activateOnce(ctx context.Context, opts Options, clientCert tls.Certificate, req *marblepb.ActivationReq) (*Parameters, error) {
+	// The Coordinator's certificate is checked (if pinned) in
+	// VerifyConnection, which records a failure so that it is reported as
+	// such instead of as an unreachable Coordinator.
+	var verify verifyResult
+	cfg := &tls.Config{
+		Certificates:       []tls.Certificate{clientCert},
+		InsecureSkipVerify: true, // verified below if pinned; else through the parameters (package doc)
+		MinVersion:         tls.VersionTLS12,
+	}
+	if opts.RootCAs != nil {
+		roots := opts.RootCAs
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if err := verifyCoordinator(roots, cs.PeerCertificates); err != nil {
+				verify.set(err)
+				return err
+			}
+			return nil
+		}
+	}
+	conn, err := grpc.NewClient(opts.CoordinatorAddr,
+		grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxResponseSize)))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	resp, err := marblepb.NewMarbleClient(conn).Activate(actx, req)
+	if err != nil {
+		// The handshake ran in this attempt and has ended with the RPC.
+		if verr := verify.get(); verr != nil {
+			return nil, fmt.Errorf("the Coordinator's certificate: %w", verr)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		s := status.Convert(err)
+		return nil, &CoordinatorError{Code: s.Code(), Message: s.Message()}
+	}
+	return fromWire(resp.GetParameters()), nil
+}
+
+// verifyResult records a failed verification of the Coordinator's
+// certificate; the handshake runs on a goroutine of gRPC.
+type verifyResult struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (v *verifyResult) set(err error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.err = err
+}
+
+func (v *verifyResult) get() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.err
+}
+
+// verifyCoordinator checks that the Coordinator's certificate chains to one
+// of roots; further certificates it presented may serve as intermediates.
+func verifyCoordinator(roots *x509.CertPool, chain []*x509.Certificate) error {
+	if len(chain) == 0 {
+		return errors.New("no certificate presented")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	_, err := chain[0].Verify(x509.VerifyOptions{
+		Roots:         roots,
+		Intermediates: inter,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	})
+	return err
+}
