@@ -34,6 +34,11 @@ func answer(t *testing.T, params *marblepb.Parameters) marbletest.Handler {
 			t.Errorf("request: %v", err)
 			return nil, status.Error(codes.PermissionDenied, err.Error())
 		}
+		// A quote comes from marbletest.ReportDataIssuer here.
+		if rd := req.ReportData(); len(req.Quote) > 0 && !bytes.Equal(req.Quote, rd[:]) {
+			t.Errorf("quote %x, want the report data %x", req.Quote, rd)
+			return nil, status.Error(codes.PermissionDenied, "invalid quote")
+		}
 		return params, nil
 	}
 }
@@ -142,8 +147,6 @@ func TestActivateQuote(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := coord.Requests()[0]
-	// Check compares the quote with the client certificate; make sure it
-	// had something to compare.
 	want := marbletest.ReportData(req.Peer[0].Raw)
 	if !bytes.Equal(req.Quote, want[:]) {
 		t.Fatalf("quote %x, want %x", req.Quote, want)

@@ -6,7 +6,6 @@
 package marbletest
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -131,10 +130,9 @@ func Refuse(code codes.Code, msg string) Handler {
 }
 
 // Check checks a request's credentials as a Coordinator would, and returns
-// the parsed CSR: a client certificate was presented; the CSR parses, its
-// signature is valid and its key is the client certificate's; and a
-// non-empty quote (from ReportDataIssuer) is SHA-256 of the client
-// certificate followed by 32 zero bytes.
+// the parsed CSR: a client certificate was presented, the CSR parses, its
+// signature is valid and its key is the client certificate's. The quote is
+// not checked; it must carry r.ReportData().
 func (r Request) Check() (*x509.CertificateRequest, error) {
 	if len(r.Peer) == 0 {
 		return nil, errors.New("no TLS client certificate")
@@ -150,13 +148,16 @@ func (r Request) Check() (*x509.CertificateRequest, error) {
 	if !ok || !pub.Equal(r.Peer[0].PublicKey) {
 		return nil, errors.New("the CSR's key is not the client certificate's")
 	}
-	if len(r.Quote) > 0 {
-		want := ReportData(r.Peer[0].Raw)
-		if !bytes.Equal(r.Quote, want[:]) {
-			return nil, fmt.Errorf("quote %x is not the report data %x of the client certificate", r.Quote, want)
-		}
-	}
 	return csr, nil
+}
+
+// ReportData returns the report data the request's quote must carry:
+// SHA-256 of the TLS client certificate (zero without one).
+func (r Request) ReportData() [64]byte {
+	if len(r.Peer) == 0 {
+		return [64]byte{}
+	}
+	return ReportData(r.Peer[0].Raw)
 }
 
 // ReportData is the report data a Marble's quote covers: SHA-256 of its
@@ -169,7 +170,7 @@ func ReportData(certDER []byte) [64]byte {
 }
 
 // ReportDataIssuer is a quote issuer whose "quote" is the report data
-// itself, for Request.Check.
+// itself: such a request's Quote equals its ReportData().
 type ReportDataIssuer struct{}
 
 // Issue returns reportData.

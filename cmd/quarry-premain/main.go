@@ -1,0 +1,64 @@
+// Command quarry-premain activates a Marble at the Coordinator and then
+// execs the Marble's program: Quarry's replacement for MarbleRun's
+// premain-libos, for Gramine enclaves (libos.entrypoint) and, in
+// simulation, for plain processes.
+//
+// It reads MarbleRun's Marble variables (behaviour.md §11.2):
+//
+//	EDG_MARBLE_TYPE              the Marble's name in the manifest (required)
+//	EDG_MARBLE_COORDINATOR_ADDR  the Coordinator's Marble API (default localhost:2001)
+//	EDG_MARBLE_DNS_NAMES         comma-separated names for the certificate (default localhost;
+//	                             IP addresses become IP SANs; 127.0.0.1 and ::1 are always added)
+//	EDG_MARBLE_UUID_FILE         the file holding the Marble's UUID (default ./uuid; created if absent)
+//
+// and Quarry's:
+//
+//	QUARRY_ATTESTATION              auto (default): Gramine DCAP quotes when
+//	                                <dir>/attestation_type says dcap, else none
+//	                                (simulation); gramine: Gramine quotes or fail;
+//	                                simulation: no quote. OE_SIMULATION=1 means simulation.
+//	QUARRY_GRAMINE_ATTESTATION_DIR  Gramine's attestation directory (default /dev/attestation),
+//	                                the same variable as the Coordinator's
+//	QUARRY_ACTIVATION_ATTEMPTS      attempts while the Coordinator is unreachable or not yet
+//	                                accepting Marbles (default 10; 1 = once, as MarbleRun)
+//	QUARRY_ACTIVATION_RETRY_DELAY   first wait between attempts, doubling up to 10s (default 1s)
+//
+// After activation it writes the Files (directories 0700, files 0600) and
+// execs the program with the Argv from the manifest (["./marble"] if it
+// has none) and its own environment with the manifest's Env (including the
+// MARBLE_PREDEFINED_* variables) set over it. The program is, as with
+// MarbleRun's premain-libos under Gramine, the premain's own argv[0] when
+// that names an existing file other than the premain itself (Gramine's
+// loader.argv0_override or loader.argv names the application while
+// libos.entrypoint is the premain); otherwise Argv[0], looked up in the
+// PATH of the new environment when it contains no slash.
+//
+// Exit status: 2 for a configuration error (the message names the
+// variable), 1 when the activation fails or is refused (with the
+// Coordinator's message) or the program cannot be started. On success the
+// process becomes the program.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	self, err := os.Executable()
+	if err != nil {
+		self = ""
+	}
+	code := premain{
+		environ: os.Environ(),
+		args:    os.Args,
+		stderr:  os.Stderr,
+		exec:    syscall.Exec,
+		self:    self,
+	}.run(ctx)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quarry-cc/quarry/internal/attest/gramine"
+	"github.com/quarry-cc/quarry/marble"
+)
+
+// Environment variables (package doc).
+const (
+	envType        = "EDG_MARBLE_TYPE"
+	envCoordinator = "EDG_MARBLE_COORDINATOR_ADDR"
+	envDNSNames    = "EDG_MARBLE_DNS_NAMES"
+	envUUIDFile    = "EDG_MARBLE_UUID_FILE"
+	envAttestation = "QUARRY_ATTESTATION"
+	envGramineDir  = "QUARRY_GRAMINE_ATTESTATION_DIR"
+	envOESim       = "OE_SIMULATION"
+	envAttempts    = "QUARRY_ACTIVATION_ATTEMPTS"
+	envRetryDelay  = "QUARRY_ACTIVATION_RETRY_DELAY"
+)
+
+// Attestation modes, as the Coordinator's.
+const (
+	attestAuto       = "auto"
+	attestGramine    = "gramine"
+	attestSimulation = "simulation"
+)
+
+// Exit statuses.
+const (
+	exitFailure = 1 // activation failed or refused, program not started
+	exitConfig  = 2 // bad configuration
+)
+
+// premain is one run of the premain with its process context made
+// explicit, so that tests can run it in-process.
+type premain struct {
+	environ []string // the environment, KEY=VALUE
+	args    []string // the premain's own argv
+	stderr  io.Writer
+	// exec replaces the process (syscall.Exec); it returns only on failure.
+	exec func(path string, argv, env []string) error
+	// self is the premain's executable, "" if unknown.
+	self string
+}
+
+// configError is a bad setting; Var names the variable.
+type configError struct {
+	Var string
+	Msg string
+}
+
+func (e *configError) Error() string { return e.Var + ": " + e.Msg }
+
+// run activates, applies and execs; it returns the exit status if it does
+// not exec (or exec returned without error, as a test's fake does).
+func (p premain) run(ctx context.Context) int {
+	getenv := lookup(p.environ)
+	opts, err := options(getenv)
+	if err != nil {
+		return p.fail(exitConfig, err)
+	}
+	issuer, err := p.issuer(getenv)
+	if err != nil {
+		return p.fail(exitConfig, err)
+	}
+	opts.Issuer = issuer
+
+	params, err := marble.Activate(ctx, opts)
+	if err != nil {
+		return p.fail(exitFailure, err)
+	}
+	if err := params.WriteFiles(); err != nil {
+		return p.fail(exitFailure, err)
+	}
+	env, err := params.Environ(p.environ)
+	if err != nil {
+		return p.fail(exitFailure, err)
+	}
+	argv := params.Args()
+	prog, err := p.program(argv[0], lookup(env)("PATH"))
+	if err != nil {
+		return p.fail(exitFailure, err)
+	}
+	if err := p.exec(prog, argv, env); err != nil {
+		return p.fail(exitFailure, fmt.Errorf("starting %s: %w", prog, err))
+	}
+	return 0
+}
+
+func (p premain) fail(code int, err error) int {
+	fmt.Fprintf(p.stderr, "quarry-premain: %v\n", err)
+	return code
+}
+
+// lookup returns a getenv over environ; the last entry of a name wins, as
+// in os.Getenv.
+func lookup(environ []string) func(string) string {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return func(k string) string { return m[k] }
+}
+
+// options reads the Marble's settings.
+func options(getenv func(string) string) (marble.Options, error) {
+	o := marble.Options{
+		MarbleType:      getenv(envType),
+		CoordinatorAddr: getenv(envCoordinator),
+		UUIDFile:        getenv(envUUIDFile),
+	}
+	if o.MarbleType == "" {
+		return o, &configError{envType, "not set; it names the Marble in the manifest"}
+	}
+	for _, n := range strings.Split(getenv(envDNSNames), ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			o.DNSNames = append(o.DNSNames, n)
+		}
+	}
+	if s := getenv(envAttempts); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return o, &configError{envAttempts, fmt.Sprintf("%q is not a positive number", s)}
+		}
+		o.Attempts = n
+	}
+	if s := getenv(envRetryDelay); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return o, &configError{envRetryDelay, fmt.Sprintf("%q is not a positive duration such as 500ms or 2s", s)}
+		}
+		o.RetryDelay = d
+	}
+	return o, nil
+}
+
+// issuer chooses how the Marble obtains its quote, as the Coordinator
+// does: nil means simulation (an empty quote).
+func (p premain) issuer(getenv func(string) string) (marble.Issuer, error) {
+	mode := getenv(envAttestation)
+	if mode == "" {
+		mode = attestAuto
+	}
+	dir := getenv(envGramineDir)
+	if dir == "" {
+		dir = gramine.DefaultDir
+	}
+	var oeSim bool
+	switch s := getenv(envOESim); s {
+	case "", "0":
+	case "1":
+		oeSim = true
+	default:
+		return nil, &configError{envOESim, fmt.Sprintf("%q is not 1 or 0", s)}
+	}
+	switch mode {
+	case attestSimulation:
+		return nil, nil
+	case attestGramine:
+		if oeSim {
+			return nil, &configError{envAttestation, "gramine contradicts OE_SIMULATION=1; unset one of them"}
+		}
+		typ, err := gramine.Detect(dir)
+		if err != nil {
+			return nil, &configError{envAttestation, fmt.Sprintf("gramine: %v (is the Marble running in Gramine with sgx.remote_attestation = \"dcap\"? %s)", err, envGramineDir)}
+		}
+		if typ != gramine.TypeDCAP {
+			return nil, &configError{envAttestation, fmt.Sprintf("gramine: Gramine's attestation type is %q; DCAP is needed (sgx.remote_attestation = \"dcap\")", typ)}
+		}
+		return &gramine.Issuer{Dir: dir}, nil
+	case attestAuto:
+		if oeSim {
+			return nil, nil
+		}
+		typ, err := gramine.Detect(dir)
+		switch {
+		case err == nil && typ == gramine.TypeDCAP:
+			return &gramine.Issuer{Dir: dir}, nil
+		case err == nil:
+			fmt.Fprintf(p.stderr, "quarry-premain: Gramine's attestation type is %q, not dcap; activating without a quote (simulation)\n", typ)
+			return nil, nil
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, nil
+		default:
+			return nil, &configError{envGramineDir, err.Error()}
+		}
+	default:
+		return nil, &configError{envAttestation, fmt.Sprintf("%q is not auto, gramine or simulation", mode)}
+	}
+}
+
+// program returns the path to exec (package doc): the premain's own
+// argv[0] if it names an existing file other than the premain, else arg0
+// (the Marble's Argv[0]), looked up in path if it contains no slash.
+func (p premain) program(arg0, path string) (string, error) {
+	if len(p.args) > 0 && p.args[0] != "" && executable(p.args[0]) == nil && !p.isSelf(p.args[0]) {
+		return p.args[0], nil
+	}
+	prog, err := lookPath(arg0, path)
+	if err != nil {
+		return "", err
+	}
+	if p.isSelf(prog) {
+		return "", fmt.Errorf("the Marble's program %s is quarry-premain itself; set Argv in the manifest", prog)
+	}
+	return prog, nil
+}
+
+// isSelf reports whether name is the premain's own executable.
+func (p premain) isSelf(name string) bool {
+	if p.self == "" {
+		return filepath.Base(name) == "quarry-premain"
+	}
+	a, err := os.Stat(name)
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(p.self)
+	return err == nil && os.SameFile(a, b)
+}
+
+// lookPath finds name as execvp does: a name with a slash is a path
+// (relative to the working directory), any other is searched in the
+// directories of path. Empty entries of path are skipped rather than
+// meaning the working directory.
+func lookPath(name, path string) (string, error) {
+	if name == "" {
+		return "", errors.New("the Marble's Argv[0] is empty")
+	}
+	if strings.Contains(name, "/") {
+		if err := executable(name); err != nil {
+			return "", fmt.Errorf("the Marble's program: %w", err)
+		}
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			continue
+		}
+		if p := filepath.Join(dir, name); executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("the Marble's program %q is not in PATH (%s)", name, path)
+}
+
+// executable checks that name is an executable regular file.
+func executable(name string) error {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", name)
+	}
+	return nil
+}
