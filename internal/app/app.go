@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/ca"
@@ -20,6 +22,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/secrets"
+	"github.com/quarry-cc/quarry/internal/server/marbleapi"
 	"github.com/quarry-cc/quarry/internal/server/rest"
 	"github.com/quarry-cc/quarry/internal/store/filestore"
 )
@@ -130,6 +133,9 @@ func (a *App) init(ctx context.Context) error {
 		RecoveryTimeout:   a.cfg.RecoveryTimeout,
 		AllowQuoteFailure: a.cfg.DevMode,
 		SecretLimits:      secrets.Limits{MaxSecrets: a.cfg.MaxSecrets, MaxWork: a.cfg.MaxSecretGeneration},
+		// Every activation attempt is logged by the core itself; metrics
+		// will hook OnActivation.
+		ActivationEvents: activationEvents(a.cfg.ActivationEvents),
 	})
 	if err != nil {
 		return err
@@ -141,6 +147,15 @@ func (a *App) init(ctx context.Context) error {
 		a.log.Warn("EDG_COORDINATOR_PROMETHEUS_ADDR is set, but this Coordinator does not serve metrics yet; ignoring it")
 	}
 	return a.applyStartupManifest(ctx)
+}
+
+// activationEvents translates the configured number of kept activation
+// events (0: none) to the core's option (0: the default; negative: none).
+func activationEvents(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // applyStartupManifest sets EDG_STARTUP_MANIFEST when no state exists. With
@@ -177,13 +192,19 @@ func (a *App) applyStartupManifest(ctx context.Context) error {
 	return nil
 }
 
-// Run serves the Client API until ctx is cancelled, then shuts down
-// gracefully and releases the seal directory.
+// Run serves the Client API and the Marble API until ctx is cancelled, then
+// shuts both down gracefully and releases the seal directory. If either
+// server fails, the other is shut down too and Run returns the failure.
 func (a *App) Run(ctx context.Context) error {
 	defer a.unlock()
 	ln, err := net.Listen("tcp", a.cfg.ClientAddr)
 	if err != nil {
 		return fmt.Errorf("client API: %w", err)
+	}
+	meshLn, err := net.Listen("tcp", a.cfg.MeshAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("marble API: %w", err)
 	}
 	ln = rest.GuardPlainHTTP(ln) // plain HTTP gets a JSend 400, not net/http's text
 	bodyMem, bodyMemSource := bodyMemory(readSystemFile)
@@ -218,24 +239,59 @@ func (a *App) Run(ctx context.Context) error {
 			MaxReceiveBufferPerConnection: 1 << 20,
 		},
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	mesh := marbleapi.New(a.core, a.core.MarbleTLSCertificate, marbleapi.Options{
+		MaxSendBytes:   marbleapi.MaxSendBytesFor(a.cfg.MaxManifestBytes),
+		RequestTimeout: requestTimeout,
+		Logger:         a.log,
+	})
+
+	clientErr, meshErr := make(chan error, 1), make(chan error, 1)
+	go func() { clientErr <- srv.ServeTLS(ln, "", "") }()
+	go func() { meshErr <- mesh.Serve(meshLn) }()
+	a.log.Info("marble API listening", "addr", meshLn.Addr().String())
 	a.log.Info("client API listening", "addr", ln.Addr().String(), "state", int(a.core.Status()),
 		"requestBodyMemory", bodyMem, "requestBodyMemorySource", bodyMemSource)
 
+	var failure error
 	select {
-	case err := <-errc:
-		return fmt.Errorf("client API: %w", err)
+	case err := <-clientErr:
+		failure = fmt.Errorf("client API: %w", err)
+		clientErr <- nil // already ended
+	case err := <-meshErr:
+		// Serve returns nil only after Shutdown, which has not happened.
+		failure = fmt.Errorf("marble API: %w", cmp.Or(err, errors.New("stopped serving")))
+		meshErr <- nil
 	case <-ctx.Done():
+		a.log.Info("shutting down")
 	}
-	a.log.Info("shutting down")
+	if failure != nil {
+		a.log.Error("a server failed; shutting down the other", "error", failure.Error())
+	}
+	return errors.Join(failure, a.shutdown(srv, mesh, clientErr, meshErr))
+}
+
+// shutdown stops both servers gracefully within shutdownTimeout: running
+// requests and activations finish, new ones are refused; whatever still runs
+// then is cut off.
+func (a *App) shutdown(srv *http.Server, mesh *marbleapi.Server, clientErr, meshErr <-chan error) error {
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	var wg sync.WaitGroup
+	var clientShut, meshShut error
+	wg.Go(func() {
+		if clientShut = srv.Shutdown(sctx); clientShut != nil {
+			srv.Close()
+			clientShut = fmt.Errorf("client API shutdown: %w", clientShut)
+		}
+	})
+	wg.Go(func() { meshShut = mesh.Shutdown(sctx) })
+	wg.Wait()
+	errs := []error{clientShut, meshShut}
+	if err := <-clientErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, fmt.Errorf("client API: %w", err))
 	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	if err := <-meshErr; err != nil {
+		errs = append(errs, fmt.Errorf("marble API: %w", err))
 	}
-	return nil
+	return errors.Join(errs...)
 }

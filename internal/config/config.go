@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/secrets"
 )
 
@@ -33,6 +34,9 @@ const (
 	// one manifest set or update generates (secrets.DefaultLimits).
 	DefaultMaxSecrets          = secrets.DefaultMaxSecrets
 	DefaultMaxSecretGeneration = secrets.DefaultMaxWork
+	// DefaultActivationEvents is how many Marble activation events are
+	// kept in memory.
+	DefaultActivationEvents = core.DefaultActivationEvents
 )
 
 // Upper bounds of the secret generation limits: larger values are surely
@@ -41,6 +45,10 @@ const (
 const (
 	maxMaxSecrets          = 1_000_000
 	maxMaxSecretGeneration = time.Hour
+	// maxActivationEvents bounds the kept activation events: each holds
+	// the Marble's quote (about 5 KiB outside simulation), so this is
+	// about 500 MiB.
+	maxActivationEvents = 100_000
 )
 
 // Attestation modes: how the Coordinator obtains its quotes.
@@ -94,6 +102,9 @@ type Config struct {
 	// secrets of one manifest set or update may take to generate (0: no
 	// limit).
 	MaxSecretGeneration time.Duration
+	// ActivationEvents is how many Marble activation events (the latest)
+	// are kept in memory; 0 keeps none.
+	ActivationEvents int
 
 	// Attestation is AttestationSimulation, AttestationGramine or
 	// AttestationAuto. OE_SIMULATION=1 turns auto into simulation.
@@ -138,13 +149,13 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		dnsNames, errLevel, maxMan string
 		debug, dev, recTimeout     string
 		v1Recover, maxSecrets      string
-		maxSecretGen               string
+		maxSecretGen, actEvents    string
 		oeSimulation               = getenv("OE_SIMULATION")
 	)
 	fs.StringVar(&c.ClientAddr, "client-addr", env("EDG_COORDINATOR_CLIENT_ADDR", DefaultClientAddr),
 		"listen address of the Client API (HTTPS) [EDG_COORDINATOR_CLIENT_ADDR]")
 	fs.StringVar(&c.MeshAddr, "mesh-addr", env("EDG_COORDINATOR_MESH_ADDR", DefaultMeshAddr),
-		"listen address of the Marble API (gRPC over TLS) [EDG_COORDINATOR_MESH_ADDR]")
+		"listen address of the Marble API (gRPC over TLS), where Marbles are activated [EDG_COORDINATOR_MESH_ADDR]")
 	fs.StringVar(&c.PrometheusAddr, "prometheus-addr", env("EDG_COORDINATOR_PROMETHEUS_ADDR", ""),
 		"plain-HTTP address for metrics; empty disables them [EDG_COORDINATOR_PROMETHEUS_ADDR]")
 	fs.StringVar(&dnsNames, "dns-names", env("EDG_COORDINATOR_DNS_NAMES", DefaultDNSNames),
@@ -170,6 +181,8 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"most secrets a manifest may define; 0 for no limit [QUARRY_MAX_SECRETS]")
 	fs.StringVar(&maxSecretGen, "max-secret-generation", env("QUARRY_MAX_SECRET_GENERATION", DefaultMaxSecretGeneration.String()),
 		"most estimated CPU time (one core) that generating the secrets of one manifest set or update may take, e.g. 60s; 0 for no limit [QUARRY_MAX_SECRET_GENERATION]")
+	fs.StringVar(&actEvents, "activation-events", env("QUARRY_ACTIVATION_EVENTS", strconv.Itoa(DefaultActivationEvents)),
+		"how many Marble activation events (the latest) are kept in memory; each holds the Marble's quote, about 5 KiB outside simulation; 0 keeps none [QUARRY_ACTIVATION_EVENTS]")
 	fs.StringVar(&c.Attestation, "attestation", env("QUARRY_ATTESTATION", AttestationSimulation),
 		"how the Coordinator obtains its quotes: simulation (none: quote null), gramine (/dev/attestation), or auto (gramine when its attestation type is dcap, else simulation); OE_SIMULATION=1 means simulation [QUARRY_ATTESTATION]")
 	fs.StringVar(&c.GramineDir, "gramine-dir", env("QUARRY_GRAMINE_ATTESTATION_DIR", DefaultGramineDir),
@@ -226,6 +239,11 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		errs = append(errs, fmt.Errorf("max-secret-generation [QUARRY_MAX_SECRET_GENERATION]: %q is not a duration between 0 (no limit) and 1h, such as 60s", maxSecretGen))
 	} else {
 		c.MaxSecretGeneration = d
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(actEvents)); err != nil || n < 0 || n > maxActivationEvents {
+		errs = append(errs, fmt.Errorf("activation-events [QUARRY_ACTIVATION_EVENTS]: %q is not a count between 0 (none kept) and %d", actEvents, maxActivationEvents))
+	} else {
+		c.ActivationEvents = n
 	}
 	if c.OESimulation, err = parseBool("OE_SIMULATION", "OE_SIMULATION", oeSimulation); err != nil {
 		errs = append(errs, errors.New(`OE_SIMULATION: `+strconv.Quote(oeSimulation)+` is not 1 or 0`))

@@ -34,6 +34,7 @@ func TestDefaults(t *testing.T) {
 
 		MaxSecrets:          10_000,
 		MaxSecretGeneration: 60 * time.Second,
+		ActivationEvents:    10_000,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
@@ -103,6 +104,9 @@ func TestInvalid(t *testing.T) {
 		{"bad max secret generation", map[string]string{"QUARRY_MAX_SECRET_GENERATION": "60"}, nil, "max-secret-generation [QUARRY_MAX_SECRET_GENERATION]"},
 		{"negative max secret generation", nil, []string{"--max-secret-generation", "-1s"}, "max-secret-generation"},
 		{"huge max secret generation", nil, []string{"--max-secret-generation", "2h"}, "max-secret-generation"},
+		{"bad activation events", map[string]string{"QUARRY_ACTIVATION_EVENTS": "lots"}, nil, "activation-events [QUARRY_ACTIVATION_EVENTS]"},
+		{"negative activation events", nil, []string{"--activation-events", "-1"}, "activation-events [QUARRY_ACTIVATION_EVENTS]"},
+		{"huge activation events", nil, []string{"--activation-events", "100001"}, "activation-events [QUARRY_ACTIVATION_EVENTS]"},
 		{"unknown flag", nil, []string{"--nope"}, "flag provided but not defined"},
 		{"argument", nil, []string{"extra"}, "unexpected argument"},
 	} {
@@ -174,7 +178,8 @@ func TestHelp(t *testing.T) {
 		"QUARRY_ATTESTATION", "QUARRY_GRAMINE_ATTESTATION_DIR", "QUARRY_COLLATERAL_FILE", "QUARRY_PCCS_URL", "QUARRY_SGX_ROOT_CA",
 		"-collateral-file", "-pccs-url", "-sgx-root-ca", "-attestation", "-gramine-dir",
 		"-enable-v1-recover", "QUARRY_ENABLE_V1_RECOVER", "carries no signature",
-		"-max-secrets", "QUARRY_MAX_SECRETS", "-max-secret-generation", "QUARRY_MAX_SECRET_GENERATION"} {
+		"-max-secrets", "QUARRY_MAX_SECRETS", "-max-secret-generation", "QUARRY_MAX_SECRET_GENERATION",
+		"-activation-events", "QUARRY_ACTIVATION_EVENTS", "where Marbles are activated"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %s", want)
 		}
@@ -196,6 +201,12 @@ func TestHardeningSettings(t *testing.T) {
 			func(c Config) bool { return c.MaxSecrets == 50 && c.MaxSecretGeneration == 90*time.Second }},
 		{"no secret limits", nil, []string{"--max-secrets", "0", "--max-secret-generation", "0"},
 			func(c Config) bool { return c.MaxSecrets == 0 && c.MaxSecretGeneration == 0 }},
+		{"activation events from the environment", map[string]string{"QUARRY_ACTIVATION_EVENTS": "500"}, nil,
+			func(c Config) bool { return c.ActivationEvents == 500 }},
+		{"activation events flag wins", map[string]string{"QUARRY_ACTIVATION_EVENTS": "500"}, []string{"--activation-events", "0"},
+			func(c Config) bool { return c.ActivationEvents == 0 }},
+		{"largest activation events", nil, []string{"--activation-events", "100000"},
+			func(c Config) bool { return c.ActivationEvents == 100_000 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Load(envOf(tc.env), tc.args, &bytes.Buffer{})

@@ -61,6 +61,8 @@ type coordinator struct {
 	addr    string
 	sealDir string
 	env     []string
+	// meshAddr is the Marble API's address (gRPC over TLS).
+	meshAddr string
 
 	mu     sync.Mutex
 	logs   bytes.Buffer
@@ -100,7 +102,7 @@ func (c *coordinator) start() {
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addrc := make(chan string, 1)
+	addrc, meshc := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -117,6 +119,9 @@ func (c *coordinator) start() {
 			if json.Unmarshal(line, &entry) == nil && entry.Msg == "client API listening" {
 				addrc <- entry.Addr
 			}
+			if json.Unmarshal(line, &entry) == nil && entry.Msg == "marble API listening" {
+				meshc <- entry.Addr
+			}
 		}
 	}()
 	go func() {
@@ -129,6 +134,12 @@ func (c *coordinator) start() {
 		t.Fatalf("coordinator exited before listening: %v\n%s", c.err, c.Logs())
 	case <-time.After(30 * time.Second):
 		t.Fatalf("coordinator did not start listening\n%s", c.Logs())
+	}
+	// The Marble API's line comes before the Client API's.
+	select {
+	case c.meshAddr = <-meshc:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("coordinator did not report the Marble API's address\n%s", c.Logs())
 	}
 }
 
