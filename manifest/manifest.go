@@ -20,8 +20,7 @@
 //   - secret sizes are bounded (cert-rsa at most MaxRSASecretSize bits,
 //     symmetric-key at most MaxSymmetricSecretSize bits, recovery keys at most
 //     MaxRecoveryKeySize bits), and user-defined secrets are size-checked;
-//   - the AzureHSMSealing and (until the Marble API serves it) the
-//     MonotonicCounter feature gates are rejected as unsupported;
+//   - the AzureHSMSealing feature gate is rejected as unsupported;
 //   - secret generation, recovery key and user certificate errors and the
 //     template dry run are found by Validate, before anything is stored;
 //   - a File value of JSON null is an error;

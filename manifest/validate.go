@@ -103,7 +103,6 @@ const (
 	sectionTLS           = "TLS"
 	sectionConfig        = "Config"
 	azureHSMNotSupported = "sealing with an Azure HSM key is not supported by this Coordinator"
-	counterNotSupported  = "monotonic counters are not supported yet by this Coordinator"
 )
 
 func invalid(section, name, field, format string, args ...any) *ValidationError {
@@ -125,7 +124,7 @@ func invalid(section, name, field, format string, args ...any) *ValidationError 
 // Unlike MarbleRun, Validate also checks packages no Marble references,
 // compares user certificates by their DER bytes, names the role's resource
 // type instead of printing the role, bounds secret and recovery key sizes,
-// rejects the AzureHSMSealing and MonotonicCounter gates, and checks the
+// rejects the AzureHSMSealing gate, and checks the
 // sizes of user-defined secrets (a user-defined symmetric key needs a valid
 // size; a user-defined certificate may leave Size at 0). It refuses values
 // that can never be right (docs/manifest-validation.md): entry names that are
@@ -509,18 +508,13 @@ func (m *Manifest) checkSealMode() *ValidationError {
 	}
 }
 
-// Rule 25. AzureHSMSealing and MonotonicCounter are known MarbleRun gates
-// that this Coordinator does not implement, so they are rejected rather than
-// accepted and ignored.
+// Rule 25. SignQuoteEndpoint and MonotonicCounter are accepted.
+// AzureHSMSealing is a known MarbleRun gate that this Coordinator does not
+// implement, so it is rejected rather than accepted and ignored.
 func (m *Manifest) checkFeatureGates() *ValidationError {
 	for _, gate := range m.Config.FeatureGates {
 		switch {
-		case strings.EqualFold(gate, FeatureSignQuoteEndpoint):
-		case strings.EqualFold(gate, FeatureMonotonicCounter):
-			// Refused until the Marble API serves monotonic counters (the
-			// Marble API issue lifts this: accept the gate there, together
-			// with the counter endpoint; docs/manifest-validation.md).
-			return invalid(sectionConfig, "", "FeatureGates", "unsupported feature gate: %s: %s", gate, counterNotSupported)
+		case strings.EqualFold(gate, FeatureSignQuoteEndpoint), strings.EqualFold(gate, FeatureMonotonicCounter):
 		case strings.EqualFold(gate, FeatureAzureHSMSealing):
 			return invalid(sectionConfig, "", "FeatureGates", "unsupported feature gate: %s: %s", gate, azureHSMNotSupported)
 		default:

@@ -66,12 +66,6 @@ func TestValidateStrictRules(t *testing.T) {
 			setPackage(m, "backend", func(p *Package) { p.SignerID, p.ProductID = "ab", nil })
 		}, "Packages", "backend", "ProductID", "manifest misses value for ProductID in package backend", ""},
 
-		// Feature gates.
-		{"monotonic counter", func(m *Manifest) { m.Config.FeatureGates = []string{"SignQuoteEndpoint", "MonotonicCounter"} },
-			"Config", "", "FeatureGates", "unsupported feature gate: MonotonicCounter: monotonic counters are not supported yet by this Coordinator", ""},
-		{"monotonic counter in lower case", func(m *Manifest) { m.Config.FeatureGates = []string{"monotoniccounter"} },
-			"Config", "", "FeatureGates", "unsupported feature gate: monotoniccounter: monotonic counters are not supported yet by this Coordinator", ""},
-
 		// Templates that name what is not there.
 		{"undefined secret", func(m *Manifest) { setFile(m, "backend_first", "/x", "{{.Secrets.nope.Type}}") },
 			"Marbles", "backend_first", "Parameters.Files./x",
@@ -172,6 +166,8 @@ func TestValidateStrictAccepts(t *testing.T) {
 			})
 		}},
 		{"signing quotes is a supported gate", func(m *Manifest) { m.Config.FeatureGates = []string{"signquoteendpoint", "SIGNQUOTEENDPOINT"} }},
+		{"monotonic counters are a supported gate", func(m *Manifest) { m.Config.FeatureGates = []string{"SignQuoteEndpoint", "MonotonicCounter"} }},
+		{"monotonic counters in any case", func(m *Manifest) { m.Config.FeatureGates = []string{"monotoniccounter", "MONOTONICCOUNTER"} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
