@@ -175,3 +175,17 @@ type SignQuoteResponse struct {
 type SignQuoteFailure struct {
 	SGXQuote string `json:"sgxQuote"`
 }
+
+// MonotonicCounterRequest is the body of POST /api/v2/monotonic-counter,
+// which a Marble calls with its Marble certificate: raise the Marble's
+// counter Name to Value (a counter never decreases).
+type MonotonicCounterRequest struct {
+	Name  string `json:"name"`
+	Value uint64 `json:"value"`
+}
+
+// MonotonicCounterResponse is the data of POST /api/v2/monotonic-counter:
+// the counter's value before the request (0 for a new counter).
+type MonotonicCounterResponse struct {
+	Value uint64 `json:"value"`
+}

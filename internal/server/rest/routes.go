@@ -43,6 +43,10 @@ type Coordinator interface {
 	// AuthenticateUser is the cheap check before a body is read (D16).
 	AuthenticateUser(peer []*x509.Certificate) error
 	RecoverySecrets(ctx context.Context, peer []*x509.Certificate) (map[string][]byte, error)
+	// AuthenticateMarble is the monotonic counter's cheap check before
+	// its body is read: a Marble certificate of the current Marble Root.
+	AuthenticateMarble(peer []*x509.Certificate) (core.MarbleIdentity, error)
+	SetMonotonicCounter(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error)
 }
 
 // Options configure the server.
@@ -68,6 +72,7 @@ type Options struct {
 const (
 	maxSmallBody   = 1 << 20  // 1 MiB: secrets and other small requests
 	maxRecoverBody = 64 << 10 // 64 KiB: a recovery secret and its signature
+	maxCounterBody = 4 << 10  // 4 KiB: a counter's name and value
 )
 
 // handlerFunc is a use-case adapter: it returns the response data or an error.
@@ -115,6 +120,7 @@ func (s *server) routes() []route {
 		{method: http.MethodPost, path: v2.PathUpdateManifest, handle: s.postAcknowledge},
 		{method: http.MethodPost, path: v2.PathUpdateCancel, handle: s.postCancel},
 		{method: http.MethodPost, path: v2.PathSignQuote, handle: s.postSignQuote},
+		{method: http.MethodPost, path: v2.PathMonotonicCounter, handle: s.postMonotonicCounter},
 	}
 }
 

@@ -1,0 +1,36 @@
+package rest
+
+import (
+	"net/http"
+
+	v2 "github.com/quarry-cc/quarry/api/v2"
+	"github.com/quarry-cc/quarry/internal/core"
+)
+
+// opCounter names the monotonic counter's operation in a state error, as
+// the core names it.
+const opCounter = "set a monotonic counter"
+
+// postMonotonicCounter raises a Marble's monotonic counter and returns its
+// previous value (behaviour.md §3.3). Before the body is read (decision
+// D16): the state (409) and the caller's Marble certificate, the leaf only
+// (401, decision D14). The MonotonicCounter feature gate (403) is the
+// core's check, after the body: only an authenticated Marble learns
+// whether the feature is on.
+func (s *server) postMonotonicCounter(r *http.Request) (any, error) {
+	if err := s.checkState(opCounter, core.StateAcceptingMarbles); err != nil {
+		return nil, err
+	}
+	if _, err := s.c.AuthenticateMarble(peerCertificates(r)); err != nil {
+		return nil, err
+	}
+	var req v2.MonotonicCounterRequest
+	if err := decodeBody(r, maxCounterBody, &req); err != nil {
+		return nil, err
+	}
+	prev, err := s.c.SetMonotonicCounter(r.Context(), peerCertificates(r), req.Name, req.Value)
+	if err != nil {
+		return nil, err
+	}
+	return v2.MonotonicCounterResponse{Value: prev}, nil
+}
