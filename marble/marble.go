@@ -13,9 +13,12 @@
 //
 // Like MarbleRun's premain, Activate does not verify the Coordinator's
 // certificate by default: the Coordinator verifies the Marble through its
-// quote, and the Marble learns the Coordinator's identity from the
-// parameters (MARBLE_PREDEFINED_ROOT_CA, the Marble Root). A caller that
-// already knows the Marble Root can pin it with Options.RootCAs.
+// quote (which binds the TLS client certificate, so the request cannot be
+// relayed), and the Marble learns the Coordinator's identity from the
+// parameters (MARBLE_PREDEFINED_ROOT_CA, the Marble Root). Someone in the
+// network path could therefore answer with parameters of their own. A
+// caller that already knows the Marble Root (from an earlier activation or
+// its deployment) should pin it with Options.RootCAs.
 //
 // The package does not log; every failure is a returned error.
 package marble

@@ -7,8 +7,9 @@
 //
 //	EDG_MARBLE_TYPE              the Marble's name in the manifest (required)
 //	EDG_MARBLE_COORDINATOR_ADDR  the Coordinator's Marble API (default localhost:2001)
-//	EDG_MARBLE_DNS_NAMES         comma-separated names for the certificate (default localhost;
-//	                             IP addresses become IP SANs; 127.0.0.1 and ::1 are always added)
+//	EDG_MARBLE_DNS_NAMES         comma-separated names for the certificate and CSR (default
+//	                             localhost; entries are trimmed, empty ones skipped; IP addresses
+//	                             become IP SANs; 127.0.0.1 and ::1 are always added)
 //	EDG_MARBLE_UUID_FILE         the file holding the Marble's UUID (default ./uuid; created if absent)
 //
 // and Quarry's:
