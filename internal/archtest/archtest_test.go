@@ -87,6 +87,14 @@ func TestSDKDoesNotCompileTheServer(t *testing.T) {
 	}
 }
 
+// TestMarbleRuntimeIsSmall checks that the public Marble runtime, linked
+// into applications, compiles none of the Coordinator.
+func TestMarbleRuntimeIsSmall(t *testing.T) {
+	forbid(t, "marble", module+"/internal/core", module+"/internal/server", module+"/internal/app",
+		module+"/internal/store", module+"/internal/config", module+"/internal/seal", module+"/internal/secrets",
+		module+"/internal/ca", module+"/manifest", "net/http/pprof", "log/slog")
+}
+
 // TestEnvironmentReadOnlyAtTheTop checks that no package below cmd/ reads
 // the environment (internal/config gets a getenv function), except the one
 // entry point of the CLI.
