@@ -292,6 +292,10 @@ func codeOf(err error) codes.Code {
 		return codes.PermissionDenied
 	case errors.Is(err, core.ErrInvalidRequest):
 		return codes.InvalidArgument
+	case errors.Is(err, core.ErrConflict):
+		// A concurrent change (an update during the activation): the
+		// Marble may activate again.
+		return codes.Aborted
 	}
 	return codes.Internal
 }

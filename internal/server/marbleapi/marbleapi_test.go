@@ -180,6 +180,7 @@ func TestRefusalCodes(t *testing.T) {
 			"couldn't get marble TLS certificate: unauthorized user"},
 		{"forbidden", fmt.Errorf("%w: marble verification failed: unknown marble type requested", core.ErrForbidden), codes.PermissionDenied, ""},
 		{"invalid", fmt.Errorf("%w: invalid UUID: bad length", core.ErrInvalidRequest), codes.InvalidArgument, "invalid request: invalid UUID: bad length"},
+		{"conflict", fmt.Errorf("%w: the manifest changed during the activation; activate again", core.ErrConflict), codes.Aborted, ""},
 		{"unclassified", errors.New("disk on fire: /secret/path"), codes.Internal, "internal error; see the Coordinator's log"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
