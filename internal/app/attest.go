@@ -57,8 +57,9 @@ func (a *App) issuer() (attest.Issuer, error) {
 	return attest.SimulationIssuer{}, nil
 }
 
-// quoteVerifier builds the DCAP verifier for sign-quote from the configured
-// collateral source; without one it returns nil (sign-quote then says so).
+// quoteVerifier builds the DCAP verifier for sign-quote and Marble
+// activation from the configured collateral source; without one it returns
+// nil (both then say so; in simulation Marble quotes are not checked).
 func (a *App) quoteVerifier() (core.QuoteVerifier, error) {
 	var src collateral.Provider
 	switch {
@@ -69,7 +70,7 @@ func (a *App) quoteVerifier() (core.QuoteVerifier, error) {
 		src = &pccs.Client{BaseURL: a.cfg.PCCSURL, HTTPClient: &http.Client{Timeout: pccsTimeout}}
 		a.log.Info("quote verification: collateral from a PCCS", "url", a.cfg.PCCSURL)
 	default:
-		a.log.Info("quote verification unavailable: no collateral source (--collateral-file or --pccs-url); sign-quote will refuse")
+		a.log.Info("quote verification unavailable: no collateral source (--collateral-file or --pccs-url); sign-quote will refuse, and so will Marble activations unless the Coordinator runs in simulation")
 		return nil, nil
 	}
 	v := &dcap.Verifier{Collateral: collateral.NewCache(src, nil)}

@@ -188,9 +188,9 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	fs.StringVar(&c.GramineDir, "gramine-dir", env("QUARRY_GRAMINE_ATTESTATION_DIR", DefaultGramineDir),
 		"Gramine's attestation directory [QUARRY_GRAMINE_ATTESTATION_DIR]")
 	fs.StringVar(&c.CollateralFile, "collateral-file", env("QUARRY_COLLATERAL_FILE", ""),
-		"DCAP collateral for quote verification (sign-quote): a JSON file (dcap-qvl QuoteCollateralV3 shape) or a directory of PCS/PCCS responses [QUARRY_COLLATERAL_FILE]")
+		"DCAP collateral for quote verification (sign-quote, Marble activation): a JSON file (dcap-qvl QuoteCollateralV3 shape) or a directory of PCS/PCCS responses [QUARRY_COLLATERAL_FILE]")
 	fs.StringVar(&c.PCCSURL, "pccs-url", env("QUARRY_PCCS_URL", ""),
-		"DCAP collateral for quote verification (sign-quote) from a PCCS or Intel PCS, e.g. https://pccs.example:8081/sgx/certification/v4/; empty: none [QUARRY_PCCS_URL]")
+		"DCAP collateral for quote verification (sign-quote, Marble activation) from a PCCS or Intel PCS, e.g. https://pccs.example:8081/sgx/certification/v4/; empty: none [QUARRY_PCCS_URL]")
 	fs.StringVar(&c.SGXRootCA, "sgx-root-ca", env("QUARRY_SGX_ROOT_CA", ""),
 		"PEM file with a root CA that replaces the pinned Intel SGX Root CA in quote verification (tests, private PKIs) [QUARRY_SGX_ROOT_CA]")
 	fs.Usage = func() {
