@@ -69,8 +69,9 @@ type Options struct {
 	// any certificate.
 	RootCAs *x509.CertPool
 	// Attempts bounds how often the activation is tried while the
-	// Coordinator is unreachable (gRPC Unavailable, DeadlineExceeded) or not
-	// yet ready for Marbles (FailedPrecondition); default 10. 1 tries once,
+	// Coordinator is unreachable (gRPC Unavailable, DeadlineExceeded), not
+	// yet ready for Marbles (FailedPrecondition), or asks for a new attempt
+	// because its state changed during the activation (Aborted); default 10. 1 tries once,
 	// as MarbleRun's premain does. Refusals end Activate at once.
 	Attempts int
 	// RetryDelay is the wait after the first failed attempt; it doubles
@@ -183,7 +184,7 @@ func attempts(n int) string {
 // retryable reports whether an activation answered with code may succeed
 // later: the Coordinator is unreachable, slow, or not yet accepting Marbles.
 func retryable(code codes.Code) bool {
-	return code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.FailedPrecondition
+	return code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.FailedPrecondition || code == codes.Aborted
 }
 
 // issueQuote returns the quote over SHA-256(certDER), empty in simulation.

@@ -113,7 +113,7 @@ func (c *Core) Activate(ctx context.Context, req ActivationRequest) (*Activation
 	act, err := c.activate(ctx, req)
 	var ae *ActivationError
 	if errors.As(err, &ae) {
-		c.log.Warn("marble activation refused", "marbleType", req.MarbleType, "uuid", req.UUID, "reason", string(ae.Reason), "error", err.Error())
+		c.log.Warn("marble activation refused", "marbleType", logValue(req.MarbleType), "uuid", logValue(req.UUID), "reason", string(ae.Reason), "error", logValue(err.Error()))
 		if c.opts.OnActivation != nil {
 			c.opts.OnActivation(req.MarbleType, ae.Reason)
 		}
@@ -122,7 +122,7 @@ func (c *Core) Activate(ctx context.Context, req ActivationRequest) (*Activation
 	if err != nil {
 		return nil, err
 	}
-	c.log.Info("marble activated", "marbleType", req.MarbleType, "uuid", req.UUID, "attested", !c.simulation)
+	c.log.Info("marble activated", "marbleType", req.MarbleType, "uuid", logValue(req.UUID), "attested", !c.simulation)
 	if c.opts.OnActivation != nil {
 		c.opts.OnActivation(req.MarbleType, "")
 	}
@@ -227,7 +227,11 @@ func (c *Core) activate(ctx context.Context, req ActivationRequest) (*Activation
 			return nil, err
 		}
 	}
-	c.events.record(ActivationEvent{Time: now, MarbleType: req.MarbleType, UUID: id.String(), Quote: req.Quote})
+	ev := ActivationEvent{Time: now, MarbleType: req.MarbleType, UUID: id.String()}
+	if !c.simulation {
+		ev.Quote = req.Quote // verified; in simulation it is whatever was sent
+	}
+	c.events.record(ev)
 	return &Activation{Files: rendered.Files, Env: env, Argv: rendered.Argv}, nil
 }
 
@@ -281,7 +285,7 @@ func (c *Core) countActivation(ctx context.Context, s *snapshot, marbleType stri
 	defer c.mu.Unlock()
 	cur := c.snap.Load()
 	if cur.ca != s.ca || cur.persisted.Manifest == nil || fingerprint(cur.persisted.Manifest) != s.fingerprint {
-		return refuse(RefusedStore, nil, nil, "the manifest or the Coordinator's certificates changed during the activation; activate again")
+		return refuse(RefusedStore, ErrConflict, nil, "the manifest or the Coordinator's certificates changed during the activation; activate again")
 	}
 	if err := checkActivations(cur.persisted, marbleType, max); err != nil {
 		return err
@@ -346,6 +350,20 @@ func pemCert(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
+// MaxTTLSEntries bounds the TLS tag entries of one Marble.
+const MaxTTLSEntries = 1024
+
+// maxLogValue bounds request values written to the log.
+const maxLogValue = 200
+
+// logValue shortens a value sent by a client before it is logged.
+func logValue(s string) string {
+	if len(s) <= maxLogValue {
+		return s
+	}
+	return s[:maxLogValue] + "…(truncated)"
+}
+
 // ttlsEntry is one connection of MARBLE_TTLS_CONFIG (PEM strings).
 type ttlsEntry struct {
 	CACrt      string `json:"cacrt"`
@@ -365,10 +383,16 @@ func ttlsConfig(m *manifest.Manifest, marble manifest.Marble, cur map[string]sec
 	keyPEM := string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
 	incoming := map[string]ttlsEntry{}
 	outgoing := map[string]ttlsEntry{}
+	entries := 0
 	for _, tag := range marble.TLS {
 		t, ok := m.TLS[tag]
 		if !ok {
 			return nil, fmt.Errorf("TLS tag %q is not defined in the manifest", tag)
+		}
+		// Each entry becomes a few KiB of PEM: bound what a manifest can
+		// make one answer carry.
+		if entries += len(t.Outgoing) + len(t.Incoming); entries > MaxTTLSEntries {
+			return nil, fmt.Errorf("the Marble's TLS tags have more than %d entries", MaxTTLSEntries)
 		}
 		for _, e := range t.Outgoing {
 			outgoing[e.Addr+":"+e.Port] = ttlsEntry{CACrt: caPEM, CliCrt: leafPEM, CliKey: keyPEM}
@@ -380,6 +404,11 @@ func ttlsConfig(m *manifest.Manifest, marble manifest.Marble, cur map[string]sec
 				sec, ok := cur[e.Cert]
 				if !ok {
 					return nil, fmt.Errorf("secret %q of TLS tag %q is not defined", e.Cert, tag)
+				}
+				if len(sec.Cert) == 0 || len(sec.Private) == 0 {
+					// MarbleRun hands out empty PEM blocks here; a Marble
+					// then fails later with a less clear error.
+					return nil, fmt.Errorf("secret %q of TLS tag %q has no certificate and private key yet (a user-defined secret must be uploaded first)", e.Cert, tag)
 				}
 				entry.CliCrt = pemBlock("CERTIFICATE", sec.Cert)
 				entry.CliKey = pemBlock("PRIVATE KEY", sec.Private)

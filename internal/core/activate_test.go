@@ -413,7 +413,7 @@ func TestMonotonicCounter(t *testing.T) {
 	s := newStores()
 	c := newActivationCore(t, s, Options{})
 	if _, err := c.SetManifest(context.Background(), activationManifest(admin, "MonotonicCounter")); err != nil {
-		t.Skipf("the MonotonicCounter gate is refused by validation: %v", err)
+		t.Fatal(err)
 	}
 	m := newMarbleClient(t)
 	act, err := c.Activate(context.Background(), m.request("backend", uuidA, nil))
@@ -479,4 +479,29 @@ func (c *Core) updatePackagesForTest(t *testing.T) error {
 	next.ca = a
 	c.snap.Store(&next)
 	return nil
+}
+
+// An Incoming TLS entry whose Cert is a user-defined secret not uploaded
+// yet is refused (MarbleRun hands out empty PEM blocks).
+func TestActivateTTLSNeedsUploadedCert(t *testing.T) {
+	admin := newFaultUser(t, "admin")
+	doc := map[string]any{}
+	if err := json.Unmarshal(activationManifest(admin), &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["Secrets"].(map[string]any)["usercert"] = map[string]any{"Type": "cert-ecdsa", "Size": 256, "UserDefined": true}
+	doc["TLS"].(map[string]any)["web"].(map[string]any)["Incoming"] = []any{map[string]any{"Port": "9443", "Cert": "usercert", "DisableClientAuth": true}}
+	raw, _ := json.Marshal(doc)
+	c := newActivationCore(t, newStores(), Options{})
+	if _, err := c.SetManifest(context.Background(), raw); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Activate(context.Background(), newMarbleClient(t).request("backend", uuidA, nil))
+	var ae *ActivationError
+	if !errors.As(err, &ae) || ae.Reason != RefusedTTLS || !strings.Contains(err.Error(), "must be uploaded first") {
+		t.Fatalf("TTLS with a certificate not uploaded: %v", err)
+	}
+	if c.snap.Load().persisted.Activations["backend"] != 0 {
+		t.Fatal("the refused activation was counted")
+	}
 }
