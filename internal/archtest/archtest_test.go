@@ -76,8 +76,10 @@ func TestCoreReachesNoBackendsOrServers(t *testing.T) {
 }
 
 func TestServersDoNotNameBackends(t *testing.T) {
-	forbid(t, "internal/server/rest", module+"/internal/app", module+"/internal/store/filestore",
-		module+"/internal/store/memstore", module+"/internal/config")
+	for _, pkg := range []string{"internal/server/rest", "internal/server/marbleapi"} {
+		forbid(t, pkg, module+"/internal/app", module+"/internal/store/filestore",
+			module+"/internal/store/memstore", module+"/internal/config")
+	}
 }
 
 func TestSDKDoesNotCompileTheServer(t *testing.T) {
