@@ -5,7 +5,6 @@ package memstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -69,35 +68,22 @@ func (s *Store) Save(ctx context.Context, blob []byte, prevRev store.Revision) (
 // "memory:<suffix>.1", ".2", … if that is taken) and returns the location;
 // Aside reads it back. It returns store.ErrNotFound when nothing is stored.
 func (s *Store) MoveAside(ctx context.Context, suffix string) (string, error) {
-	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("memstore: move aside: %w", err)
-	}
-	if suffix == "" {
-		return "", errors.New("memstore: move aside: empty suffix")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.blob == nil {
-		return "", store.ErrNotFound
-	}
-	where := "memory:" + suffix
-	for i := 1; s.aside[where] != nil; i++ {
-		where = "memory:" + suffix + "." + strconv.Itoa(i)
-	}
-	s.aside[where] = s.blob
-	s.blob, s.rev = nil, ""
-	return where, nil
+	return s.putAside(ctx, "move aside", suffix, true)
 }
 
 // CopyAside copies the stored blob to "memory:<suffix>" (numbered like
 // MoveAside) and returns the location; the blob stays stored. It returns
 // store.ErrNotFound when nothing is stored.
 func (s *Store) CopyAside(ctx context.Context, suffix string) (string, error) {
+	return s.putAside(ctx, "copy aside", suffix, false)
+}
+
+func (s *Store) putAside(ctx context.Context, op, suffix string, remove bool) (string, error) {
 	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("memstore: copy aside: %w", err)
+		return "", fmt.Errorf("memstore: %s: %w", op, err)
 	}
 	if suffix == "" {
-		return "", errors.New("memstore: copy aside: empty suffix")
+		return "", fmt.Errorf("memstore: %s: empty suffix", op)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -109,6 +95,9 @@ func (s *Store) CopyAside(ctx context.Context, suffix string) (string, error) {
 		where = "memory:" + suffix + "." + strconv.Itoa(i)
 	}
 	s.aside[where] = append([]byte{}, s.blob...)
+	if remove {
+		s.blob, s.rev = nil, ""
+	}
 	return where, nil
 }
 

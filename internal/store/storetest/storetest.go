@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"MoveAside", testMoveAside},
 		{"MoveAsideEmpty", testMoveAsideEmpty},
 		{"MoveAsideCancelled", testMoveAsideCancelled},
+		{"CopyAside", testCopyAside},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -348,4 +349,31 @@ func testMoveAsideCancelled(t *testing.T, s store.Store) {
 		t.Errorf("MoveAside with a cancelled context: err = %v, want context.Canceled", err)
 	}
 	expect(t, s, []byte("kept"), rev)
+}
+
+// testCopyAside checks the store.Copier contract: the copy is kept under a
+// new name each time, the stored blob and its revision stay, an empty store
+// is ErrNotFound.
+func testCopyAside(t *testing.T, s store.Store) {
+	c, ok := s.(store.Copier)
+	if !ok {
+		t.Skip("the store does not implement store.Copier")
+	}
+	if where, err := c.CopyAside(t.Context(), "old"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("CopyAside on an empty store = %q, %v; want ErrNotFound", where, err)
+	}
+	rev := mustSave(t, s, []byte("state"), "")
+	where1, err := c.CopyAside(t.Context(), "old")
+	if err != nil || where1 == "" {
+		t.Fatalf("CopyAside = %q, %v", where1, err)
+	}
+	expect(t, s, []byte("state"), rev)
+	where2, err := c.CopyAside(t.Context(), "old")
+	if err != nil || where2 == where1 {
+		t.Fatalf("second CopyAside = %q, %v (first %q): a copy was overwritten", where2, err, where1)
+	}
+	expect(t, s, []byte("state"), rev)
+	if _, err := s.Save(t.Context(), []byte("next"), rev); err != nil {
+		t.Fatalf("Save after CopyAside: %v", err)
+	}
 }
