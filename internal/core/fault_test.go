@@ -92,7 +92,7 @@ func (w *faultWorld) manifest(o manifestOpts) []byte {
 	}
 	doc := map[string]any{
 		"Packages": map[string]any{"p": map[string]any{"SignerID": faultSignerID, "ProductID": 1, "SecurityVersion": 1}},
-		"Marbles":  map[string]any{"m": map[string]any{"Package": "p"}},
+		"Marbles":  map[string]any{"m": map[string]any{"Package": "p", "MaxActivations": 5}},
 		"Secrets":  sec,
 		"Users": map[string]any{
 			"admin":  map[string]any{"Certificate": w.admin.pem, "Roles": []string{"secrets", "packages", "manifest"}},
@@ -103,7 +103,7 @@ func (w *faultWorld) manifest(o manifestOpts) []byte {
 			"packages": map[string]any{"ResourceType": "Packages", "ResourceNames": []string{"p"}, "Actions": []string{"UpdateSecurityVersion"}},
 			"manifest": map[string]any{"ResourceType": "Manifest", "Actions": []string{"UpdateManifest"}},
 		},
-		"Config": map[string]any{"SealMode": o.sealMode, "UpdateThreshold": o.threshold},
+		"Config": map[string]any{"SealMode": o.sealMode, "UpdateThreshold": o.threshold, "FeatureGates": []string{"MonotonicCounter"}},
 	}
 	if len(rk) > 0 {
 		doc["RecoveryKeys"] = rk
@@ -134,6 +134,8 @@ type faultEnv struct {
 	c      *Core
 	// plain holds the recovery secrets (plain) of the last manifest set.
 	plain map[string][]byte
+	// marble is the certificate of a Marble activated in prepare.
+	marble []*x509.Certificate
 }
 
 func (e *faultEnv) stores(t *testing.T) (store.Store, store.Store) {
@@ -331,6 +333,17 @@ func faultCases(w *faultWorld) []faultCase {
 			_, err := e.c.Recover(context.Background(), p, signSecret(w.rec[0], p))
 			return err
 		}},
+		{name: "activation counted (MaxActivations)", prepare: setWith(noRec), op: func(e *faultEnv) error {
+			_, err := e.c.Activate(context.Background(), e.marbleRequest(nil))
+			return err
+		}},
+		{name: "monotonic counter", prepare: func(t *testing.T, e *faultEnv) {
+			e.set(t, noRec)
+			e.activate(t)
+		}, op: func(e *faultEnv) error {
+			_, err := e.c.SetMonotonicCounter(context.Background(), e.marble, "c", 7)
+			return err
+		}},
 		{name: "seal mode Disabled to ProductKey", prepare: setWith(manifestOpts{recoveryKeys: []int{0}, threshold: 1, sealMode: "Disabled"}),
 			op: update(manifestOpts{recoveryKeys: []int{0}, threshold: 1, sealMode: "ProductKey"})},
 		{name: "seal mode ProductKey to UniqueKey", prepare: setWith(withRec),
@@ -478,3 +491,39 @@ func contains(list []string, s string) bool {
 }
 
 func stringsHasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+// marbleRequest is an activation of Marble "m" with a fresh self-signed
+// client certificate and CSR (simulation: no quote).
+func (e *faultEnv) marbleRequest(t *testing.T) ActivationRequest {
+	k, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "marble"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		panic(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "marble"}}, k)
+	if err != nil {
+		panic(err)
+	}
+	return ActivationRequest{CSR: csr, MarbleType: "m", UUID: "0b3a5e1c-8f2d-4c6a-9e7b-1d2c3b4a5f60", Peer: []*x509.Certificate{cert}}
+}
+
+// activate activates Marble "m" and keeps its Marble certificate.
+func (e *faultEnv) activate(t *testing.T) {
+	t.Helper()
+	act, err := e.c.Activate(context.Background(), e.marbleRequest(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(act.Env[EnvCertificateChain])
+	leaf, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.marble = []*x509.Certificate{leaf}
+}
