@@ -2,11 +2,13 @@
 // second, latency percentiles and errors of GET status, manifest, quote and
 // secrets under N concurrent keep-alive HTTPS clients, the wall time of
 // setting a manifest with N generated secrets, and the Coordinator's resident
-// memory after the load.
+// memory after the load. The activate scenario measures its Marble API:
+// activations per second of N concurrent simulated Marbles over gRPC.
 //
 // By default it starts the Coordinator binary given with -coordinator-bin on
-// a free loopback port, sets a generated manifest and runs every scenario;
-// with -addr it runs the read scenarios against a running Coordinator.
+// a free loopback port, sets a generated manifest and runs every default
+// scenario; with -addr it runs the read scenarios against a running
+// Coordinator, with -mesh-addr and -marble-type the activate scenario.
 package main
 
 import (
@@ -49,6 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: quarry-bench -coordinator-bin PATH [flags]
        quarry-bench -addr HOST:PORT -insecure [-cert FILE -key FILE -secret NAME] [flags]
+       quarry-bench -mesh-addr HOST:PORT -marble-type NAME [flags]
 
 Drives a Coordinator's Client API over HTTPS keep-alive with -c concurrent
 clients (one connection each) for -d per scenario and reports requests/s,
@@ -59,6 +62,13 @@ POST /api/v2/manifest on -runs fresh Coordinators. Scenarios:
   quote         GET /api/v2/quote
   secrets       GET /api/v2/secrets?s=NAME with a user's client certificate
   set-manifest  POST /api/v2/manifest with a generated manifest (-secrets, -mix)
+  activate      gRPC /rpc.Marble/Activate from -c simulated Marbles (empty
+                quotes), each with its key, certificate and CSR made once,
+                activating again and again; not run by default (select it
+                with -scenarios, or give -mesh-addr). A started Coordinator
+                runs it twice, each on a fresh Coordinator: activate-shared
+                (shared secrets only) and activate-cert (per-Marble
+                certificate and key)
 
 Exit status: 0 ok, 1 a scenario's error rate exceeded -max-error-rate,
 2 bad usage or the benchmark could not run.
@@ -73,17 +83,20 @@ Flags:
 		jsonOut      bool
 		maxErrorRate float64
 	)
-	fs.StringVar(&o.CoordinatorBin, "coordinator-bin", "", "Coordinator `binary` to start (required unless -addr)")
+	fs.StringVar(&o.CoordinatorBin, "coordinator-bin", "", "Coordinator `binary` to start (required unless -addr or -mesh-addr)")
 	fs.StringVar(&o.Addr, "addr", "", "use the running Coordinator at `host:port` (read scenarios only)")
+	fs.StringVar(&o.MeshAddr, "mesh-addr", "", "activate at the Marble API of a running Coordinator (or MarbleRun) at `host:port`; it must be in simulation mode (the quotes are empty)")
+	fs.StringVar(&o.MarbleType, "marble-type", "", "with -mesh-addr: the Marble `type` to activate as")
+	fs.BoolVar(&o.ActivateReconnect, "activate-reconnect", false, "activate: a new connection (TLS handshake) for every activation, as real Marbles do, instead of one per Marble")
 	fs.BoolVar(&o.Insecure, "insecure", false, "with -addr: do not verify the Coordinator's certificate")
 	fs.StringVar(&o.CACert, "cacert", "", "with -addr: trust this PEM root `file` (instead of -insecure)")
 	fs.StringVar(&o.CertFile, "cert", "", "with -addr: client certificate PEM `file` of a user for the secrets scenario")
 	fs.StringVar(&o.KeyFile, "key", "", "with -addr: its private key PEM `file`")
 	fs.StringVar(&o.Secret, "secret", "", "`name` of the secret the secrets scenario reads (default: one of the generated manifest)")
-	fs.StringVar(&scenarios, "scenarios", strings.Join(loadgen.Scenarios, ","), "comma-separated `list` of scenarios")
-	fs.IntVar(&o.Connections, "c", o.Connections, "concurrent clients, one keep-alive connection each")
-	fs.DurationVar(&o.Duration, "d", o.Duration, "measured `duration` of each read scenario")
-	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "warm-up before each read scenario, not counted")
+	fs.StringVar(&scenarios, "scenarios", strings.Join(loadgen.Scenarios, ","), "comma-separated `list` of scenarios (also: "+loadgen.ScenarioActivate+"; with only -mesh-addr the default is "+loadgen.ScenarioActivate+")")
+	fs.IntVar(&o.Connections, "c", o.Connections, "concurrent clients, one keep-alive connection each (activate: concurrent Marbles)")
+	fs.DurationVar(&o.Duration, "d", o.Duration, "measured `duration` of each read scenario and activate run")
+	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "warm-up before each read scenario and activate run, not counted")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on a request after this long (with -http2: on its response headers); 0: no limit")
 	fs.BoolVar(&o.HTTP2, "http2", false, "use HTTP/2 instead of HTTP/1.1 (still one connection per client)")
 	fs.Float64Var(&o.ManifestKB, "manifest-kb", o.ManifestKB, "size of the generated manifest in KiB (more if the secrets need it)")
@@ -111,12 +124,18 @@ Flags:
 		fmt.Fprintln(stderr, "quarry-bench: -max-error-rate must be between 0 and 1")
 		return exitFailed
 	}
-	o.Scenarios = []string{}
-	for s := range strings.SplitSeq(scenarios, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			o.Scenarios = append(o.Scenarios, s)
+	// Without -scenarios, the default depends on -mesh-addr (loadgen).
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name != "scenarios" {
+			return
 		}
-	}
+		o.Scenarios = []string{}
+		for s := range strings.SplitSeq(scenarios, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				o.Scenarios = append(o.Scenarios, s)
+			}
+		}
+	})
 	o.Progress = stderr
 
 	rep, err := loadgen.Bench(ctx, o)

@@ -1,7 +1,8 @@
 // Package loadgen drives a Quarry (or MarbleRun) Coordinator's Client API
-// with concurrent keep-alive HTTPS clients and measures throughput, latency,
-// errors, the wall time of setting a manifest and the Coordinator's resident
-// memory. cmd/quarry-bench is its command line.
+// with concurrent keep-alive HTTPS clients and its Marble API with
+// concurrent simulated Marbles (activate.go), and measures throughput,
+// latency, errors, the wall time of setting a manifest and the
+// Coordinator's resident memory. cmd/quarry-bench is its command line.
 package loadgen
 
 import (
@@ -31,18 +32,29 @@ const (
 	ScenarioQuote       = "quote"
 	ScenarioSecrets     = "secrets"
 	ScenarioSetManifest = "set-manifest"
+	ScenarioActivate    = "activate"
 )
 
-// Scenarios lists every scenario in the order they run.
+// Scenarios lists the scenarios that run by default, in the order they run.
 var Scenarios = []string{ScenarioStatus, ScenarioManifest, ScenarioQuote, ScenarioSecrets, ScenarioSetManifest}
 
-// Options configure a benchmark. Exactly one of CoordinatorBin (start
-// Coordinators) and Addr (use a running one) is set.
+// AllScenarios lists every scenario in the order they run: the default ones
+// and activate, which runs when selected (or, with MeshAddr, by default).
+var AllScenarios = []string{ScenarioStatus, ScenarioManifest, ScenarioQuote, ScenarioSecrets, ScenarioActivate, ScenarioSetManifest}
+
+// Options configure a benchmark. Either CoordinatorBin (start
+// Coordinators) is set, or Addr and MeshAddr (use a running one), or both.
 type Options struct {
 	CoordinatorBin string
 	// Env is passed (KEY=value) to the Coordinators the tool starts.
 	Env  []string
 	Addr string
+	// MeshAddr is a running Coordinator's Marble API for the activate
+	// scenario, whose Marbles ask for MarbleType.
+	MeshAddr, MarbleType string
+	// ActivateReconnect makes each activation open a connection of its own
+	// (ActivateConfig.Reconnect).
+	ActivateReconnect bool
 
 	// For Addr: Insecure skips server verification, else CACert (a PEM
 	// file) is the trusted root. CertFile and KeyFile are the client
@@ -56,7 +68,7 @@ type Options struct {
 	// user read.
 	Secret string
 
-	Scenarios   []string // nil: all
+	Scenarios   []string // nil: Scenarios (with MeshAddr: and activate)
 	Connections int
 	Duration    time.Duration
 	Warmup      time.Duration
@@ -93,15 +105,20 @@ func DefaultOptions() Options {
 func (o *Options) check() ([]string, error) {
 	var errs []error
 	switch {
-	case o.Addr == "" && o.CoordinatorBin == "":
-		errs = append(errs, errors.New("-coordinator-bin is required unless -addr is given"))
+	case o.Addr == "" && o.CoordinatorBin == "" && o.MeshAddr == "":
+		errs = append(errs, errors.New("-coordinator-bin is required unless -addr is given (or -mesh-addr for the activate scenario)"))
 	case o.Addr != "" && o.CoordinatorBin != "":
 		errs = append(errs, errors.New("-coordinator-bin and -addr exclude each other"))
+	case o.MeshAddr != "" && o.CoordinatorBin != "":
+		errs = append(errs, errors.New("-coordinator-bin and -mesh-addr exclude each other"))
 	case o.Addr != "" && !o.Insecure && o.CACert == "":
 		errs = append(errs, errors.New("-addr needs -insecure or -cacert: a Coordinator's certificate is its own, not from a public CA"))
 	}
 	if o.Addr == "" && (o.Insecure || o.CACert != "" || o.CertFile != "" || o.KeyFile != "") {
 		errs = append(errs, errors.New("-insecure, -cacert, -cert and -key only apply with -addr (a started Coordinator gets a generated user)"))
+	}
+	if (o.MeshAddr == "") != (o.MarbleType == "") {
+		errs = append(errs, errors.New("-mesh-addr and -marble-type go together (a started Coordinator gets generated Marble types)"))
 	}
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		errs = append(errs, errors.New("-cert and -key go together"))
@@ -122,14 +139,21 @@ func (o *Options) check() ([]string, error) {
 		o.StartTimeout = 30 * time.Second
 	}
 	selected := Scenarios
+	switch {
+	case o.Scenarios != nil:
+	case o.MeshAddr != "" && o.Addr == "":
+		selected = []string{ScenarioActivate}
+	case o.MeshAddr != "":
+		selected = AllScenarios
+	}
 	if o.Scenarios != nil {
 		selected = nil
 		for _, s := range o.Scenarios {
-			if !slices.Contains(Scenarios, s) {
-				errs = append(errs, fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(Scenarios, ", ")))
+			if !slices.Contains(AllScenarios, s) {
+				errs = append(errs, fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(AllScenarios, ", ")))
 			}
 		}
-		for _, s := range Scenarios {
+		for _, s := range AllScenarios {
 			if slices.Contains(o.Scenarios, s) {
 				selected = append(selected, s)
 			}
@@ -169,7 +193,10 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 	if o.HTTP2 {
 		b.rep.Settings.Protocol = "HTTP/2"
 	}
-	if o.Addr != "" {
+	if slices.Equal(selected, []string{ScenarioActivate}) {
+		b.rep.Settings.Protocol = "gRPC"
+	}
+	if o.Addr != "" || o.MeshAddr != "" {
 		err = b.remote(ctx, selected)
 	} else {
 		err = b.started(ctx, selected)
@@ -195,10 +222,11 @@ func (b *bench) skip(name, why string) {
 	b.rep.Scenarios = append(b.rep.Scenarios, ScenarioResult{Name: name, Skipped: why})
 }
 
-// remote runs the read scenarios against o.Addr.
+// remote runs the read scenarios against o.Addr and activate against
+// o.MeshAddr.
 func (b *bench) remote(ctx context.Context, selected []string) error {
 	o := b.o
-	b.rep.Target = Target{Addr: o.Addr}
+	b.rep.Target = Target{Addr: o.Addr, MeshAddr: o.MeshAddr}
 	b.rep.MemoryNote = "n/a: the Coordinator was not started by quarry-bench"
 	base := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.Insecure}
 	if o.CACert != "" && !o.Insecure {
@@ -223,6 +251,15 @@ func (b *bench) remote(ctx context.Context, selected []string) error {
 	for _, s := range selected {
 		var skip string
 		switch {
+		case s == ScenarioActivate && o.MeshAddr == "":
+			skip = "needs -mesh-addr and -marble-type (the Marble API) with -addr"
+		case s == ScenarioActivate:
+			if err := b.activate(ctx, s, o.MeshAddr, o.MarbleType, ""); err != nil {
+				return err
+			}
+			continue
+		case o.Addr == "":
+			skip = "needs -addr (the Client API); -mesh-addr is the Marble API"
 		case s == ScenarioSetManifest:
 			skip = "needs fresh Coordinators: only with -coordinator-bin, not -addr"
 		case s == ScenarioSecrets && userTLS == nil:
@@ -249,6 +286,12 @@ func (b *bench) remote(ctx context.Context, selected []string) error {
 // scenarios, reads its memory, and times set-manifest on fresh Coordinators.
 func (b *bench) started(ctx context.Context, selected []string) error {
 	o := b.o
+	if slices.Equal(selected, []string{ScenarioActivate}) {
+		// Only the Marble API: no generated Client API manifest.
+		b.rep.Target = Target{Started: true, Binary: o.CoordinatorBin}
+		b.rep.MemoryNote = "n/a: no read scenario ran"
+		return b.activateStarted(ctx)
+	}
 	cert, certPEM, err := NewUserCertificate("quarry-bench")
 	if err != nil {
 		return err
@@ -269,7 +312,7 @@ func (b *bench) started(ctx context.Context, selected []string) error {
 	b.rep.Manifest = &info
 	b.rep.Target = Target{Started: true, Binary: o.CoordinatorBin}
 	b.rep.MemoryNote = "n/a: no read scenario ran"
-	reads := slices.DeleteFunc(slices.Clone(selected), func(s string) bool { return s == ScenarioSetManifest })
+	reads := slices.DeleteFunc(slices.Clone(selected), func(s string) bool { return s == ScenarioSetManifest || s == ScenarioActivate })
 
 	if len(reads) > 0 {
 		c, err := StartCoordinator(ctx, o.CoordinatorBin, o.Env, o.StartTimeout)
@@ -308,6 +351,11 @@ func (b *bench) started(ctx context.Context, selected []string) error {
 		c.Stop()
 	}
 
+	if slices.Contains(selected, ScenarioActivate) {
+		if err := b.activateStarted(ctx); err != nil {
+			return err
+		}
+	}
 	if slices.Contains(selected, ScenarioSetManifest) {
 		return b.setManifestRuns(ctx, setBody, info)
 	}

@@ -25,8 +25,10 @@ type Report struct {
 type Target struct {
 	Addr    string `json:"addr,omitempty"`
 	Started bool   `json:"started"` // by quarry-bench
-	Binary  string `json:"binary,omitempty"`
-	PID     int    `json:"pid,omitempty"`
+	// MeshAddr is the Marble API of the activate scenario (-mesh-addr).
+	MeshAddr string `json:"meshAddr,omitempty"`
+	Binary   string `json:"binary,omitempty"`
+	PID      int    `json:"pid,omitempty"`
 }
 
 // Settings are the load settings.
@@ -135,8 +137,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "Coordinator  %s, pid %d, https://%s (started by quarry-bench)\n", t.Binary, t.PID, t.Addr)
 	case t.Started:
 		fmt.Fprintf(&b, "Coordinator  %s (started by quarry-bench)\n", t.Binary)
+	case t.Addr == "":
+		fmt.Fprintf(&b, "Coordinator  Marble API %s\n", t.MeshAddr)
 	default:
 		fmt.Fprintf(&b, "Coordinator  https://%s\n", t.Addr)
+	}
+	if t.Addr != "" && t.MeshAddr != "" {
+		fmt.Fprintf(&b, "Marble API   %s\n", t.MeshAddr)
 	}
 	s := r.Settings
 	fmt.Fprintf(&b, "Load         %d connections, %s, %gs per scenario after %gs warm-up\n",
@@ -197,7 +204,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 }
 
 // nameWidth is the width of the longest scenario name.
-const nameWidth = len(ScenarioSetManifest)
+const nameWidth = len(activateShared)
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
