@@ -173,17 +173,22 @@ func (c *Core) activate(ctx context.Context, req ActivationRequest) (*Activation
 	if err != nil {
 		return nil, refuse(RefusedSecrets, nil, err, "generating marble secrets: %v", err)
 	}
-	prevRoot := s.persisted.PreviousRootSecret
-	if len(prevRoot) == 0 {
-		prevRoot = s.persisted.RootSecret
-	}
-	prevStored := s.persisted.PreviousSecrets
-	if prevStored == nil {
-		prevStored = s.persisted.Secrets
-	}
-	prev, err := c.marbleSecrets(s, prevStored, prevRoot, binding, now)
-	if err != nil {
-		return nil, refuse(RefusedSecrets, nil, err, "generating marble secrets: %v", err)
+	// .Previous.Secrets: the values from before the last full update or
+	// root-secret rotation; before any, the current ones (the same
+	// per-Marble values, not a second set).
+	prev := cur
+	if s.persisted.PreviousSecrets != nil || len(s.persisted.PreviousRootSecret) > 0 {
+		prevRoot := s.persisted.PreviousRootSecret
+		if len(prevRoot) == 0 {
+			prevRoot = s.persisted.RootSecret
+		}
+		prevStored := s.persisted.PreviousSecrets
+		if prevStored == nil {
+			prevStored = s.persisted.Secrets
+		}
+		if prev, err = c.marbleSecrets(s, prevStored, prevRoot, binding, now); err != nil {
+			return nil, refuse(RefusedSecrets, nil, err, "generating marble secrets: %v", err)
+		}
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(leaf.Key)
 	if err != nil {

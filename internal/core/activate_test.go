@@ -40,7 +40,7 @@ func activationManifest(admin faultUser, gates ...string) []byte {
 			"backend": map[string]any{"Package": "pkg", "MaxActivations": 2, "TLS": []string{"web"},
 				"Parameters": map[string]any{
 					"Files": map[string]any{"/keys/shared": "{{hex .Secrets.shared.Private}}", "/keys/mine": "{{hex .Secrets.mine.Private}}"},
-					"Env":   map[string]any{"CERT": "{{pem .Secrets.percert.Cert}}", "MARBLE_PREDEFINED_ROOT_CA": "overridden?", "LEAF": "{{pem .MarbleRun.MarbleCert.Cert}}"},
+					"Env":   map[string]any{"CERT": "{{pem .Secrets.percert.Cert}}", "MARBLE_PREDEFINED_ROOT_CA": "overridden?", "LEAF": "{{pem .MarbleRun.MarbleCert.Cert}}", "PREVCERT": "{{pem .Previous.Secrets.percert.Cert}}"},
 					"Argv":  []string{"./backend", "--serve"},
 				}},
 			"frontend": map[string]any{"Package": "pkg",
@@ -222,6 +222,9 @@ func TestActivateSimulation(t *testing.T) {
 	}
 	if in2.ClientAuth || in2.CliCrt == in.CliCrt || pemDecode(t, []byte(in2.CliCrt)).Subject.CommonName == uuidA {
 		t.Errorf("incoming 9443 with Cert: %+v", in2)
+	}
+	if string(act.Env["PREVCERT"]) != string(act.Env["CERT"]) {
+		t.Error("before any update .Previous.Secrets is not .Secrets (per-Marble certificate issued twice)")
 	}
 	if in2.CliCrt != string(act.Env["CERT"]) {
 		t.Error("the TTLS Cert and the template see different per-Marble certificates")
