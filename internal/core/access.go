@@ -19,6 +19,19 @@ func (c *Core) AuthenticateUser(peer []*x509.Certificate) error {
 	return err
 }
 
+// CheckSetManifest, CheckRecover and CheckMonotonicCounter are the cheap
+// state checks of the endpoints that need no user, made before their body
+// is read (decision D16): nil when the use case may run in the current
+// state, else a *WrongStateError (409). The use case checks again under
+// its lock.
+func (c *Core) CheckSetManifest() error { return require(c.Status(), opSetManifest) }
+
+// CheckRecover: see CheckSetManifest.
+func (c *Core) CheckRecover() error { return require(c.Status(), opRecover) }
+
+// CheckMonotonicCounter: see CheckSetManifest.
+func (c *Core) CheckMonotonicCounter() error { return require(c.Status(), opCounter) }
+
 // RecoverySecrets returns the encrypted recovery secrets last handed out
 // (by the manifest set, or by the update that last changed the recovery
 // keys) to a user holding UpdateManifest, so that a response lost on the

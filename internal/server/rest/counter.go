@@ -4,12 +4,7 @@ import (
 	"net/http"
 
 	v2 "github.com/quarry-cc/quarry/api/v2"
-	"github.com/quarry-cc/quarry/internal/core"
 )
-
-// opCounter names the monotonic counter's operation in a state error, as
-// the core names it.
-const opCounter = "set a monotonic counter"
 
 // postMonotonicCounter raises a Marble's monotonic counter and returns its
 // previous value (behaviour.md §3.3). Before the body is read (decision
@@ -18,7 +13,7 @@ const opCounter = "set a monotonic counter"
 // core's check, after the body: only an authenticated Marble learns
 // whether the feature is on.
 func (s *server) postMonotonicCounter(r *http.Request) (any, error) {
-	if err := s.checkState(opCounter, core.StateAcceptingMarbles); err != nil {
+	if err := s.c.CheckMonotonicCounter(); err != nil {
 		return nil, err
 	}
 	if _, err := s.c.AuthenticateMarble(peerCertificates(r)); err != nil {

@@ -42,6 +42,9 @@ type Coordinator interface {
 	SignQuote(ctx context.Context, quote []byte) (core.SignQuoteResult, error)
 	// AuthenticateUser is the cheap check before a body is read (D16).
 	AuthenticateUser(peer []*x509.Certificate) error
+	CheckSetManifest() error
+	CheckRecover() error
+	CheckMonotonicCounter() error
 	RecoverySecrets(ctx context.Context, peer []*x509.Certificate) (map[string][]byte, error)
 	// AuthenticateMarble is the monotonic counter's cheap check before
 	// its body is read: a Marble certificate of the current Marble Root.

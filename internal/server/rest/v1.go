@@ -46,7 +46,7 @@ func (s *server) v1GetManifest(*http.Request) (any, error) {
 }
 
 func (s *server) v1PostManifest(r *http.Request) (any, error) {
-	if err := s.checkState(opSetManifest, core.StateRecovery, core.StateAcceptingManifest); err != nil {
+	if err := s.c.CheckSetManifest(); err != nil {
 		return nil, err
 	}
 	raw, err := readRawBody(r, s.opts.MaxManifestBytes)
@@ -78,7 +78,7 @@ func (s *server) v1PostRecover(r *http.Request) (any, error) {
 	if !s.opts.EnableV1Recover {
 		return nil, errV1RecoverDisabled
 	}
-	if err := s.checkState(opRecover, core.StateRecovery); err != nil {
+	if err := s.c.CheckRecover(); err != nil {
 		return nil, err
 	}
 	var secret []byte

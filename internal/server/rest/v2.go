@@ -8,7 +8,6 @@ import (
 	"net/http"
 
 	v2 "github.com/quarry-cc/quarry/api/v2"
-	"github.com/quarry-cc/quarry/internal/core"
 )
 
 // maxNonceBytes bounds the decoded quote nonce.
@@ -49,7 +48,7 @@ type manifestCache struct {
 }
 
 func (s *server) postManifest(r *http.Request) (any, error) {
-	if err := s.checkState(opSetManifest, core.StateRecovery, core.StateAcceptingManifest); err != nil {
+	if err := s.c.CheckSetManifest(); err != nil {
 		return nil, err
 	}
 	raw, err := s.readManifestBody(r)
@@ -95,7 +94,7 @@ func decodeNonce(s string) ([]byte, error) {
 }
 
 func (s *server) postRecover(r *http.Request) (any, error) {
-	if err := s.checkState(opRecover, core.StateRecovery); err != nil {
+	if err := s.c.CheckRecover(); err != nil {
 		return nil, err
 	}
 	var req v2.RecoverRequest
