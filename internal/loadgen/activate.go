@@ -180,23 +180,7 @@ func RunActivate(ctx context.Context, cfg ActivateConfig) (RunResult, error) {
 	if err := ctx.Err(); err != nil {
 		return RunResult{}, err
 	}
-	res := RunResult{Elapsed: cfg.Duration, Connections: dials.Load()}
-	var all []time.Duration
-	for _, w := range results {
-		all = append(all, w.lat...)
-		res.Non2xx += w.non2xx
-		res.Errors += w.errors
-		res.Bytes += w.bytes
-		if res.Protocol == "" {
-			res.Protocol = w.proto
-		}
-		if res.FirstError == "" {
-			res.FirstError = w.firstErr
-		}
-	}
-	res.Requests = int64(len(all))
-	res.Latency = Summarize(all)
-	return res, nil
+	return combine(results, cfg.Duration, dials.Load()), nil
 }
 
 // activateMarble is one simulated Marble: its identity, made once, and its

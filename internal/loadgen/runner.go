@@ -99,7 +99,12 @@ func Run(ctx context.Context, cfg RunConfig, req Request) (RunResult, error) {
 		return RunResult{}, err
 	}
 
-	res := RunResult{Elapsed: cfg.Duration, Connections: dials.Load()}
+	return combine(results, cfg.Duration, dials.Load()), nil
+}
+
+// combine adds up the workers' results of one run.
+func combine(results []workerResult, elapsed time.Duration, connections int64) RunResult {
+	res := RunResult{Elapsed: elapsed, Connections: connections}
 	n := 0
 	for _, w := range results {
 		n += len(w.lat)
@@ -119,7 +124,7 @@ func Run(ctx context.Context, cfg RunConfig, req Request) (RunResult, error) {
 	}
 	res.Requests = int64(len(all))
 	res.Latency = Summarize(all)
-	return res, nil
+	return res
 }
 
 // work is one client's loop.
