@@ -235,7 +235,7 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if snap.state, err = next(StateUninitialized, eventStartSealed); err != nil {
 		return nil, err
 	}
-	c.vault.opened(dek)
+	c.vault.opened(dek, snap.manifest.Config.SealMode)
 	c.dek = dek
 	c.header = hdr
 	c.log.Info("sealed state loaded", "state", int(snap.state), "manifestFingerprint", snap.fingerprint)
@@ -327,12 +327,13 @@ func (c *Core) issueQuote(ctx context.Context, a *ca.Authority, nonce []byte) ([
 	return q, nil
 }
 
-// commit seals st under dek with header and stores it (see vault: the
+// commit seals st under dek with header and stores it, the data key
+// sealed in mode (the state's SealMode; see vault: the
 // stored pair opens together at every instant). When it returns nil, or an
 // error for which stored is true, the new state is the stored one and dek
 // and header are the current ones: the caller must publish the new state
 // then (and report the error, if any). Callers hold mu.
-func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, dek []byte) error {
+func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, dek []byte, mode string) error {
 	plaintext, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
@@ -345,7 +346,7 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 	if err != nil {
 		return fmt.Errorf("sealing state: %w", err)
 	}
-	err = c.vault.commit(ctx, blob, dek)
+	err = c.vault.commit(ctx, blob, dek, mode)
 	if stored(err) {
 		c.dek, c.header = dek, header
 	}
@@ -483,7 +484,7 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 	if m.Config.SealMode == manifest.SealModeDisabled {
 		c.log.Warn("manifest sets SealMode Disabled: nothing is persisted; a restart starts over in state 2")
 		c.dek, c.header = dek, header
-	} else if err2 = c.commit(ctx, st, header, dek); !stored(err2) {
+	} else if err2 = c.commit(ctx, st, header, dek, m.Config.SealMode); !stored(err2) {
 		return nil, err2
 	}
 	// The old state is replaced: recovery of it ends here, and only now

@@ -223,7 +223,7 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	if err := c.vault.recovered(ctx, c.asideSuffix("unusable")); err != nil {
 		return err
 	}
-	err = c.commit(ctx, st, hdr, key)
+	err = c.commit(ctx, st, hdr, key, snap.manifest.Config.SealMode)
 	if !stored(err) {
 		return err
 	}

@@ -296,7 +296,7 @@ func TestStoredManifestWithDuplicateKeysOpens(t *testing.T) {
 	st := *s.persisted
 	st.Manifest = old
 	e.c.mu.Lock()
-	err := e.c.commit(context.Background(), &st, e.c.header, e.c.dek)
+	err := e.c.commit(context.Background(), &st, e.c.header, e.c.dek, "")
 	e.c.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)

@@ -131,7 +131,7 @@ func (c *Core) UpdateLog(context.Context) ([]string, error) {
 func (c *Core) persist(ctx context.Context, s *snapshot, st *sealedState) error {
 	var err error
 	if s.manifest.Config.SealMode != manifest.SealModeDisabled {
-		if err = c.commit(ctx, st, c.header, c.dek); !stored(err) {
+		if err = c.commit(ctx, st, c.header, c.dek, s.manifest.Config.SealMode); !stored(err) {
 			return err
 		}
 	}

@@ -350,7 +350,7 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 		// Only reachable from Disabled (Update refuses turning sealing
 		// off): nothing is stored, the key stays in memory.
 		c.dek, c.header = dek, header
-	} else if err = c.commit(ctx, st, header, dek); !stored(err) {
+	} else if err = c.commit(ctx, st, header, dek, m.Config.SealMode); !stored(err) {
 		return UpdateResult{}, err
 	}
 	c.snap.Store(&snapshot{

@@ -40,11 +40,13 @@ type vault struct {
 	attempted *[32]byte
 }
 
-// storedBlob is a blob in the data store and the key that opens it.
+// storedBlob is a blob in the data store, the key that opens it and the
+// seal mode of its state.
 type storedBlob struct {
 	blob    []byte
 	binding [32]byte
 	dek     []byte
+	mode    string
 }
 
 // errUnconfirmed is wrapped by a commit error after which the new state IS
@@ -93,21 +95,27 @@ func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, error) {
 	}
 	e, ok := seal.Find(entries, blob)
 	if !ok {
-		return nil, &keyProblem{"the sealed data key belongs to another sealed state", errors.New("no key file entry is bound to the stored sealed_data")}
+		return nil, &keyProblem{"the sealed data key belongs to another sealed_data (an older or newer sealed_key)", errors.New("no key file entry is bound to the stored sealed_data")}
 	}
 	var binding []byte
 	if !e.Legacy {
 		binding = e.Binding[:]
 	}
 	dek, err := v.sealer.UnsealKey(e.Sealed, binding)
-	if err != nil {
+	switch {
+	case errors.Is(err, seal.ErrSealedElsewhere):
+		return nil, &keyProblem{"the data key was sealed by another enclave (another MRENCLAVE for UniqueKey, another MRSIGNER for ProductKey)", err}
+	case errors.Is(err, seal.ErrOtherSealer):
+		return nil, &keyProblem{"the data key was sealed another way (without an enclave?) and is not opened by this Coordinator's sealer", err}
+	case err != nil:
 		return nil, &keyProblem{"the data key cannot be unsealed", err}
 	}
 	return dek, nil
 }
 
-// opened records that dek opens the stored blob.
-func (v *vault) opened(dek []byte) { v.disk.dek = dek }
+// opened records that dek opens the stored blob, whose state has seal
+// mode mode.
+func (v *vault) opened(dek []byte, mode string) { v.disk.dek, v.disk.mode = dek, mode }
 
 // setStrayKeyAside handles a key file without a blob (left by a crash
 // during the first write, or by a lost sealed_data): it opens nothing, so
@@ -209,20 +217,20 @@ func moveAside(ctx context.Context, s store.Store, suffix string) (string, error
 // the blob. It returns nil only when both are stored. On an error the
 // stores hold the old state again (or, when that fails as well, an error
 // wrapping errUnconfirmed says that the new state is stored).
-func (v *vault) commit(ctx context.Context, blob, dek []byte) error {
+func (v *vault) commit(ctx context.Context, blob, dek []byte, mode string) error {
 	if v.unsure {
 		if err := v.resolve(ctx); err != nil {
 			return err
 		}
 	}
 	binding := seal.Binding(blob)
-	newKey, err := v.sealer.SealKey(dek, binding[:])
+	newKey, err := v.sealer.SealKey(dek, binding[:], mode)
 	if err != nil {
 		return fmt.Errorf("sealing data key: %w", err)
 	}
 	entries := []seal.KeyEntry{{Binding: binding, Sealed: newKey}}
 	if d := v.disk; d != nil && d.dek != nil && d.binding != binding {
-		cur, err := v.sealer.SealKey(d.dek, d.binding[:])
+		cur, err := v.sealer.SealKey(d.dek, d.binding[:], d.mode)
 		if err != nil {
 			return fmt.Errorf("sealing data key: %w", err)
 		}
@@ -242,10 +250,10 @@ func (v *vault) commit(ctx context.Context, blob, dek []byte) error {
 	v.keyRev = rev
 	rev, err = v.data.Save(ctx, blob, v.dataRev)
 	if err != nil {
-		return v.afterFailedWrite(ctx, blob, dek, err)
+		return v.afterFailedWrite(ctx, blob, dek, mode, err)
 	}
 	v.dataRev = rev
-	v.disk = &storedBlob{blob: blob, binding: binding, dek: dek}
+	v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
 	return nil
 }
 
@@ -263,7 +271,7 @@ func (v *vault) reloadKeyRev(ctx context.Context) {
 
 // afterFailedWrite finds out whether the failed write of blob landed and,
 // if it did, puts the old blob back.
-func (v *vault) afterFailedWrite(ctx context.Context, blob, dek []byte, cause error) error {
+func (v *vault) afterFailedWrite(ctx context.Context, blob, dek []byte, mode string, cause error) error {
 	ctx = context.WithoutCancel(ctx)
 	binding := seal.Binding(blob)
 	v.attempted = &binding
@@ -271,7 +279,7 @@ func (v *vault) afterFailedWrite(ctx context.Context, blob, dek []byte, cause er
 	if err := v.resolve(ctx); err != nil {
 		if errors.Is(err, errNewBlobStays) {
 			// The new state is what is stored: adopt it.
-			v.disk = &storedBlob{blob: blob, binding: binding, dek: dek}
+			v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
 			v.unsure, v.attempted = false, nil
 			return fmt.Errorf("%w (%v), and the previous state could not be put back: %v", errUnconfirmed, cause, err)
 		}

@@ -4,6 +4,8 @@ import "fmt"
 
 // KeySealer protects the data key at rest: SealKey returns the bytes to
 // store in a key file entry, UnsealKey recovers the data key from them.
+// mode is the manifest's SealMode ("" = ProductKey, UniqueKey); a sealer
+// records it in what it returns, so that UnsealKey needs no mode.
 // binding is the SHA-256 of the sealed blob the entry opens (see
 // EncodeKeyFile; nil for a legacy entry); a sealer that can authenticate
 // additional data binds the sealed key to it, so that a key only opens with
@@ -11,7 +13,7 @@ import "fmt"
 // be opened here (the Coordinator then enters recovery mode; it does not
 // delete anything).
 type KeySealer interface {
-	SealKey(dek, binding []byte) ([]byte, error)
+	SealKey(dek, binding []byte, mode string) ([]byte, error)
 	UnsealKey(sealed, binding []byte) ([]byte, error)
 }
 
@@ -25,7 +27,7 @@ type SimulationKeySealer struct{}
 var _ KeySealer = SimulationKeySealer{}
 
 // SealKey returns a copy of dek, which must be KeySize bytes (else ErrKeySize).
-func (SimulationKeySealer) SealKey(dek, _ []byte) ([]byte, error) {
+func (SimulationKeySealer) SealKey(dek, _ []byte, _ string) ([]byte, error) {
 	if len(dek) != KeySize {
 		return nil, fmt.Errorf("%w: got %d bytes", ErrKeySize, len(dek))
 	}

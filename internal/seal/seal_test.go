@@ -317,7 +317,7 @@ func TestNewDataKey(t *testing.T) {
 func TestSimulationKeySealer(t *testing.T) {
 	var ks KeySealer = SimulationKeySealer{}
 	dek := seq(7, KeySize)
-	sealed, err := ks.SealKey(dek, nil)
+	sealed, err := ks.SealKey(dek, nil, "")
 	if err != nil || !bytes.Equal(sealed, dek) {
 		t.Fatalf("SealKey = %x, %v; want the raw key", sealed, err)
 	}
@@ -333,7 +333,7 @@ func TestSimulationKeySealer(t *testing.T) {
 		if _, err := ks.UnsealKey(make([]byte, n), nil); !errors.Is(err, ErrKeySize) {
 			t.Errorf("UnsealKey(%d bytes) error = %v, want ErrKeySize", n, err)
 		}
-		if _, err := ks.SealKey(make([]byte, n), nil); !errors.Is(err, ErrKeySize) {
+		if _, err := ks.SealKey(make([]byte, n), nil, ""); !errors.Is(err, ErrKeySize) {
 			t.Errorf("SealKey(%d bytes) error = %v, want ErrKeySize", n, err)
 		}
 	}
