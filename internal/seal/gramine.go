@@ -3,8 +3,8 @@ package seal
 import (
 	"crypto/aes"
 	"crypto/cipher"
-	cryptorand "crypto/rand"
 	"crypto/hkdf"
+	cryptorand "crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
