@@ -20,7 +20,6 @@ import (
 	"github.com/quarry-cc/quarry/internal/ca"
 	"github.com/quarry-cc/quarry/internal/config"
 	"github.com/quarry-cc/quarry/internal/core"
-	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/server/marbleapi"
 	"github.com/quarry-cc/quarry/internal/server/rest"
@@ -119,12 +118,15 @@ func (a *App) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.log.Warn("sealing in simulation mode: the data key is stored unprotected in sealed_key; do not use this for production secrets")
+	sealer, err := a.keySealer(issuer)
+	if err != nil {
+		return err
+	}
 	a.core, err = core.New(ctx, core.Options{
 		Names:     ca.Names{DNS: dns, IPs: ips},
 		Data:      data,
 		Key:       key,
-		KeySealer: seal.SimulationKeySealer{},
+		KeySealer: sealer,
 		Issuer:    issuer,
 		Logger:    a.log,
 

@@ -93,6 +93,10 @@ type Config struct {
 	// RecoveryTimeout is how long uploaded recovery shares wait for the
 	// rest of their round (0: no expiry).
 	RecoveryTimeout time.Duration
+	// InsecureSimulatedSealing keeps the simulation sealer (the data key in
+	// clear in sealed_key) when the Coordinator runs under Gramine, where
+	// it otherwise seals with the enclave's sealing key.
+	InsecureSimulatedSealing bool
 	// EnableV1Recover serves the unprefixed POST /recover, which carries
 	// no signature over the recovery secret (decision D11); off by default.
 	EnableV1Recover bool
@@ -174,6 +178,9 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"largest accepted manifest (set, update, acknowledge), in bytes [QUARRY_MAX_MANIFEST_SIZE]")
 	fs.StringVar(&recTimeout, "recovery-timeout", env("QUARRY_RECOVERY_TIMEOUT", DefaultRecoveryTimeout.String()),
 		"how long uploaded recovery shares wait for the rest of their round, e.g. 30m; 0 disables expiry [QUARRY_RECOVERY_TIMEOUT]")
+	simSealing := env("QUARRY_INSECURE_SIMULATED_SEALING", "0")
+	fs.Var((*switchFlag)(&simSealing), "insecure-simulated-sealing",
+		"under Gramine, keep the data key in clear in sealed_key instead of sealing it with the enclave's sealing key (--insecure-simulated-sealing, or =1 / =0). Anyone with the disk then has every secret; for tests only; a warning is logged at every start [QUARRY_INSECURE_SIMULATED_SEALING]")
 	v1Recover = env("QUARRY_ENABLE_V1_RECOVER", "0")
 	fs.Var((*switchFlag)(&v1Recover), "enable-v1-recover",
 		"serve the unprefixed v1 POST /recover (--enable-v1-recover, or =1 / =0). Off by default because it carries no signature over the recovery secret, so it does not prove that the uploader holds the recovery key as /api/v2/recover does; enable it only for old clients [QUARRY_ENABLE_V1_RECOVER]")
@@ -228,6 +235,9 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		c.RecoveryTimeout = d
 	}
 	if c.EnableV1Recover, err = parseBool("enable-v1-recover", "QUARRY_ENABLE_V1_RECOVER", v1Recover); err != nil {
+		errs = append(errs, err)
+	}
+	if c.InsecureSimulatedSealing, err = parseBool("insecure-simulated-sealing", "QUARRY_INSECURE_SIMULATED_SEALING", simSealing); err != nil {
 		errs = append(errs, err)
 	}
 	if n, err := strconv.Atoi(strings.TrimSpace(maxSecrets)); err != nil || n < 0 || n > maxMaxSecrets {

@@ -5,9 +5,12 @@
 // answers with the quote a function makes for exactly that report data.
 // Because both files are pipes, each exchange is synchronised with one
 // Issue call, also across processes (a Coordinator started by the test).
+// keys/_sgx_mrsigner and keys/_sgx_mrenclave hold random 16-byte sealing
+// keys, which SetSealingKey replaces (another enclave or signer).
 package graminetest
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +21,7 @@ import (
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/attest/gramine"
+	"github.com/quarry-cc/quarry/internal/seal"
 )
 
 // QuoteFunc returns the raw quote for the report data written by the issuer.
@@ -49,6 +53,12 @@ func NewDevice(tb testing.TB, quote QuoteFunc) *Device {
 	}
 	if err := os.WriteFile(filepath.Join(d.Dir, gramine.FileAttestationType), []byte("dcap\n"), 0o600); err != nil {
 		tb.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(d.Dir, "keys"), 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	for _, mode := range []string{seal.ModeProductKey, seal.ModeUniqueKey} {
+		d.SetSealingKey(tb, mode, nil)
 	}
 	for _, name := range []string{gramine.FileUserReportData, gramine.FileQuote} {
 		if err := mkfifo(filepath.Join(d.Dir, name)); err != nil {
@@ -173,5 +183,23 @@ func (d *Device) Close() {
 			return
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// SetSealingKey writes the 16-byte SGX sealing key of mode (seal.ModeProductKey:
+// keys/_sgx_mrsigner, seal.ModeUniqueKey: keys/_sgx_mrenclave); a nil key
+// means a new random one, as another enclave would have.
+func (d *Device) SetSealingKey(tb testing.TB, mode string, key []byte) {
+	tb.Helper()
+	if key == nil {
+		key = make([]byte, 16)
+		rand.Read(key)
+	}
+	name := seal.GramineMRSignerKey
+	if mode == seal.ModeUniqueKey {
+		name = seal.GramineMREnclaveKey
+	}
+	if err := os.WriteFile(filepath.Join(d.Dir, filepath.FromSlash(name)), key, 0o600); err != nil {
+		tb.Fatal(err)
 	}
 }
