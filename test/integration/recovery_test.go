@@ -43,9 +43,21 @@ func newRecoverySetupWith(t *testing.T, change func(f *fixture)) *recoverySetup 
 
 func newRecoverySetupN(t *testing.T, n int, change func(f *fixture)) *recoverySetup {
 	t.Helper()
-	c := startCoordinator(t, "")
+	return newRecoverySetupIn(t, n, nil, change)
+}
+
+// newRecoverySetupEnv is newRecoverySetupWith on a Coordinator started with
+// the environment env.
+func newRecoverySetupEnv(t *testing.T, env []string, change func(f *fixture)) *recoverySetup {
+	t.Helper()
+	return newRecoverySetupIn(t, 1, env, change)
+}
+
+func newRecoverySetupIn(t *testing.T, n int, env []string, change func(f *fixture)) *recoverySetup {
+	t.Helper()
+	c := startCoordinator(t, "", env...)
 	hc := c.client(nil, nil)
-	_, root := getChain(t, c, hc)
+	root := fetchRoot(t, c, hc)
 	f := newFixture(t)
 	keys := map[string]*rsa.PrivateKey{}
 	pems := map[string]any{}
@@ -137,7 +149,7 @@ func (s *recoverySetup) checkRecovered(t *testing.T) {
 	t.Helper()
 	hc := s.c.client(nil, nil)
 	expectState(t, s.c, hc, 3, msgRunning)
-	if _, root := getChain(t, s.c, hc); !root.Equal(s.root) {
+	if root := fetchRoot(t, s.c, hc); !root.Equal(s.root) {
 		t.Fatal("the recovered Coordinator has another root certificate")
 	}
 	checkManifest(t, s.c, s.c.client(s.root, nil), s.root, s.raw)

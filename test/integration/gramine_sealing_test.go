@@ -1,0 +1,153 @@
+package integration
+
+import (
+	"bytes"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/quarry-cc/quarry/internal/attest/gramine/graminetest"
+	"github.com/quarry-cc/quarry/internal/seal"
+)
+
+// gramineSealing is a Coordinator under (fake) Gramine: real DCAP quotes
+// through the FIFO device, sealing with the device's sealing keys.
+type gramineSealing struct {
+	*recoverySetup
+	dev *graminetest.Device
+}
+
+func newGramineSealing(t *testing.T, mode string) *gramineSealing {
+	t.Helper()
+	s := newSGXPlatform(t, "UpToDate", nil)
+	dev := graminetest.NewDevice(t, func(rd [64]byte) []byte { return s.quote(t, rd) })
+	env := append(s.env(), "QUARRY_ATTESTATION=gramine", "QUARRY_GRAMINE_ATTESTATION_DIR="+dev.Dir)
+	rs := newRecoverySetupEnv(t, env, func(f *fixture) {
+		f.set("Config.SealMode", mode)
+		f.set("Config.UpdateThreshold", 1)
+	})
+	return &gramineSealing{recoverySetup: rs, dev: dev}
+}
+
+func (g *gramineSealing) keyFile(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(g.c.sealDir, "sealed_key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Issue 14: with each seal mode the state opens after a restart; another
+// enclave's key (or signer's) leads to recovery mode, and the recovery
+// secret restores and re-seals it with the current key; an older
+// sealed_key leads to recovery mode; the data key is never in clear.
+func TestGramineSealing(t *testing.T) {
+	for _, mode := range []string{"", "ProductKey", "UniqueKey"} {
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGramineSealing(t, mode)
+			hc := g.c.client(nil, nil)
+			if !strings.Contains(g.c.Logs(), "sealing with Gramine's SGX sealing keys") {
+				t.Fatalf("not sealing with Gramine's keys:\n%s", g.c.Logs())
+			}
+			g.c.restart()
+			expectState(t, g.c, hc, 3, msgRunning)
+
+			// The data key is never in the key file in clear, and the
+			// key file names the sealer and the mode.
+			key := g.keyFile(t)
+			entries, err := seal.DecodeKeyFile(key)
+			if err != nil || len(entries) == 0 || !bytes.HasPrefix(entries[0].Sealed, []byte("QRYGSK")) {
+				t.Fatalf("key file: %v, %d entries", err, len(entries))
+			}
+			want := mode
+			if want == "" {
+				want = "ProductKey"
+			}
+			if !bytes.Contains(entries[0].Sealed, []byte(want)) {
+				t.Errorf("the sealed key does not name seal mode %s", want)
+			}
+			dek := g.secrets["key1"] // with one recovery key, the secret is the data key
+			if bytes.Contains(key, dek) {
+				t.Fatal("sealed_key holds the data key in clear")
+			}
+
+			// Another enclave (UniqueKey) or signer (ProductKey).
+			old := append([]byte{}, key...)
+			g.c.kill()
+			g.dev.SetSealingKey(t, want, nil)
+			g.c.start()
+			expectState(t, g.c, hc, 1, msgRecovery)
+			if !strings.Contains(g.c.Logs(), "sealed by another enclave") {
+				t.Errorf("the log does not say the key was sealed by another enclave:\n%s", g.c.Logs())
+			}
+			g.upload(t, "key1", 0)
+			g.checkRecovered(t) // restarts: re-sealed with the current key
+			if bytes.Equal(g.keyFile(t), old) {
+				t.Fatal("the recovered state was not sealed again")
+			}
+
+			// An older sealed_key with newer sealed_data.
+			older := g.keyFile(t)
+			alice := g.f.users["alice"].cert
+			r := do(t, g.c.client(g.root, &alice), http.MethodPost, g.c.url("/api/v2/update"), map[string][]byte{"manifest": packageUpdate(2)})
+			expect(t, r, http.StatusOK, "success")
+			r = do(t, g.c.client(g.root, &alice), http.MethodPost, g.c.url("/api/v2/update"), map[string][]byte{"manifest": packageUpdate(3)})
+			expect(t, r, http.StatusOK, "success")
+			g.c.kill()
+			if err := os.WriteFile(filepath.Join(g.c.sealDir, "sealed_key"), older, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			g.c.start()
+			expectState(t, g.c, hc, 1, msgRecovery)
+			if !strings.Contains(g.c.Logs(), "belongs to another sealed_data") {
+				t.Errorf("the log does not say the key belongs to another sealed_data:\n%s", g.c.Logs())
+			}
+		})
+	}
+}
+
+// Disabled ↔ ProductKey through updates under Gramine: nothing lost across
+// restarts; turning sealing off is refused.
+func TestGramineSealingDisabledRoundTrip(t *testing.T) {
+	g := newGramineSealing(t, "Disabled")
+	hc := g.c.client(nil, nil)
+	alice := g.f.users["alice"].cert
+	g.f.set("Config.SealMode", "ProductKey")
+	updated := g.f.bytes(t)
+	r := do(t, g.c.client(g.root, &alice), http.MethodPost, g.c.url("/api/v2/update"), map[string][]byte{"manifest": updated})
+	expect(t, r, http.StatusOK, "success")
+	g.c.restart()
+	expectState(t, g.c, hc, 3, msgRunning)
+	checkManifest(t, g.c, g.c.client(g.root, nil), g.root, updated)
+	g.f.set("Config.SealMode", "Disabled")
+	r = do(t, g.c.client(g.root, &alice), http.MethodPost, g.c.url("/api/v2/update"), map[string][]byte{"manifest": g.f.bytes(t)})
+	expect(t, r, http.StatusBadRequest, "fail")
+	g.c.restart()
+	checkManifest(t, g.c, g.c.client(g.root, nil), g.root, updated)
+}
+
+// Under Gramine without sealing keys the Coordinator refuses to start,
+// naming the override; with the override it starts and warns.
+func TestGramineSealingRefusedWithoutKeys(t *testing.T) {
+	s := newSGXPlatform(t, "UpToDate", nil)
+	dev := graminetest.NewDevice(t, func(rd [64]byte) []byte { return s.quote(t, rd) })
+	if err := os.RemoveAll(filepath.Join(dev.Dir, "keys")); err != nil {
+		t.Fatal(err)
+	}
+	env := append(s.env(), "QUARRY_ATTESTATION=gramine", "QUARRY_GRAMINE_ATTESTATION_DIR="+dev.Dir)
+	code, out := runCoordinatorOnce(t, env...)
+	if code == 0 || !strings.Contains(out, "QUARRY_INSECURE_SIMULATED_SEALING") {
+		t.Fatalf("exit %d without sealing keys, log:\n%s", code, out)
+	}
+	c := startCoordinator(t, "", append(env, "QUARRY_INSECURE_SIMULATED_SEALING=1")...)
+	if !strings.Contains(c.Logs(), "INSECURE: running under Gramine with simulated sealing") {
+		t.Fatalf("no warning with the override:\n%s", c.Logs())
+	}
+	c.restart()
+	if strings.Count(c.Logs(), "INSECURE: running under Gramine with simulated sealing") < 2 {
+		t.Fatal("no warning at the second start")
+	}
+}
