@@ -9,6 +9,7 @@ package core
 // memory must agree with the disk and the next write must work.
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -136,6 +137,15 @@ type faultEnv struct {
 	plain map[string][]byte
 	// marble is the certificate of a Marble activated in prepare.
 	marble []*x509.Certificate
+	// sealer seals the data key (simulation unless set).
+	sealer seal.KeySealer
+}
+
+func (e *faultEnv) keySealer() seal.KeySealer {
+	if e.sealer == nil {
+		return seal.SimulationKeySealer{}
+	}
+	return e.sealer
 }
 
 func (e *faultEnv) stores(t *testing.T) (store.Store, store.Store) {
@@ -157,7 +167,7 @@ func (e *faultEnv) open(t *testing.T) {
 	e.faults = &storetest.Faults{}
 	data, key := e.stores(t)
 	c, err := New(context.Background(), Options{Data: e.faults.WrapLogged(data), Key: e.faults.WrapLogged(key),
-		KeySealer: seal.SimulationKeySealer{}, EphemeralKeyBits: 1024})
+		KeySealer: e.keySealer(), EphemeralKeyBits: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +178,7 @@ func (e *faultEnv) open(t *testing.T) {
 func (e *faultEnv) fresh(t *testing.T) *Core {
 	t.Helper()
 	data, key := e.stores(t)
-	c, err := New(context.Background(), Options{Data: data, Key: key, KeySealer: seal.SimulationKeySealer{}, EphemeralKeyBits: 1024})
+	c, err := New(context.Background(), Options{Data: data, Key: key, KeySealer: e.keySealer(), EphemeralKeyBits: 1024})
 	if err != nil {
 		t.Fatalf("a fresh Coordinator does not start: %v", err)
 	}
@@ -362,9 +372,37 @@ func TestFaultInjection(t *testing.T) {
 		{storetest.FailBefore, true}, {storetest.FailAfter, true},
 		{storetest.CrashBefore, false}, {storetest.CrashAfter, false},
 	}
-	runs := 0
+	// With the Gramine sealer (a fake attestation directory), the cases
+	// that change the data key or the seal mode run again.
+	withGramine := map[string]bool{"set manifest": true, "full update with new recovery keys": true, "recovery": true,
+		"seal mode Disabled to ProductKey": true, "seal mode ProductKey to UniqueKey": true, "secret upload": true}
+	gramineDir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(gramineDir, "keys"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{seal.GramineMRSignerKey, seal.GramineMREnclaveKey} {
+		if err := os.WriteFile(filepath.Join(gramineDir, filepath.FromSlash(name)), bytes.Repeat([]byte{byte(i + 1)}, 16), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type run struct {
+		tc     faultCase
+		sealer seal.KeySealer
+		name   string
+	}
+	var all []run
 	for _, tc := range faultCases(w) {
-		t.Run(tc.name, func(t *testing.T) {
+		all = append(all, run{tc, nil, tc.name})
+	}
+	for _, tc := range faultCases(w) {
+		if withGramine[tc.name] {
+			all = append(all, run{tc, seal.GramineKeySealer{Dir: gramineDir}, "gramine " + tc.name})
+		}
+	}
+	runs := 0
+	for _, r := range all {
+		tc := r.tc
+		t.Run(r.name, func(t *testing.T) {
 			for k := 1; ; k++ {
 				fired := false
 				for _, m := range modes {
@@ -372,7 +410,7 @@ func TestFaultInjection(t *testing.T) {
 					if m.persistent {
 						name += " persistent"
 					}
-					if runFault(t, name, w, tc, k, m.mode, m.persistent) {
+					if runFault(t, name, w, tc, r.sealer, k, m.mode, m.persistent) {
 						fired = true
 					}
 					runs++
@@ -392,9 +430,9 @@ func TestFaultInjection(t *testing.T) {
 
 // runFault runs one case with one fault and checks the outcome; it reports
 // whether the fault fired (false: the operation has fewer than k steps).
-func runFault(t *testing.T, name string, w *faultWorld, tc faultCase, k int, mode storetest.FaultMode, persistent bool) bool {
+func runFault(t *testing.T, name string, w *faultWorld, tc faultCase, sealer seal.KeySealer, k int, mode storetest.FaultMode, persistent bool) bool {
 	t.Helper()
-	e := &faultEnv{w: w, dir: t.TempDir()}
+	e := &faultEnv{w: w, dir: t.TempDir(), sealer: sealer}
 	e.open(t)
 	if tc.prepare != nil {
 		tc.prepare(t, e)
@@ -413,16 +451,13 @@ func runFault(t *testing.T, name string, w *faultWorld, tc faultCase, k int, mod
 	if !fired {
 		return false
 	}
-	// Every key the operation wrote (simulation: the sealed key is the
-	// key), by the blob it is bound to.
+	// Every key the operation wrote, by the blob it is bound to.
 	for _, b := range e.faults.Saved() {
-		if entries, err := seal.DecodeKeyFile(b); err == nil {
-			for _, en := range entries {
-				keyFiles[en.Binding] = en.Sealed
-			}
-		}
+		addKeys(e.keySealer(), b, keyFiles)
 	}
-	collectKeys(t, e.dir, keyFiles)
+	if raw, err := os.ReadFile(filepath.Join(e.dir, "sealed_key")); err == nil {
+		addKeys(e.keySealer(), raw, keyFiles)
+	}
 	after := e.attempted(t, keyFiles, old)
 
 	fresh := e.fresh(t)
@@ -462,21 +497,19 @@ func runFault(t *testing.T, name string, w *faultWorld, tc faultCase, k int, mod
 	return true
 }
 
-// collectKeys adds the keys of the key file on disk (simulation: the
-// sealed key is the key) by the binding they are for.
-func collectKeys(t *testing.T, dir string, into map[[32]byte][]byte) {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir, "sealed_key"))
-	if err != nil {
-		return
-	}
-	entries, err := seal.DecodeKeyFile(raw)
+// addKeys unseals the entries of a key file and adds the keys by the
+// binding they are for (anything else is ignored).
+func addKeys(sealer seal.KeySealer, keyFile []byte, into map[[32]byte][]byte) {
+	entries, err := seal.DecodeKeyFile(keyFile)
 	if err != nil {
 		return
 	}
 	for _, en := range entries {
-		if !en.Legacy {
-			into[en.Binding] = en.Sealed
+		if en.Legacy {
+			continue
+		}
+		if dek, err := sealer.UnsealKey(en.Sealed, en.Binding[:]); err == nil {
+			into[en.Binding] = dek
 		}
 	}
 }
