@@ -3,6 +3,7 @@ module github.com/quarry-cc/quarry
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/google/uuid v1.6.0
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/spf13/cobra v1.10.2
