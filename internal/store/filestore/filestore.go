@@ -163,10 +163,16 @@ func (s *Store) Save(ctx context.Context, blob []byte, prevRev store.Revision) (
 
 // writeSynced writes blob to a new file at path with mode 0600 and syncs it.
 // A file left at path by an earlier crash is replaced.
-func writeSynced(path string, blob []byte) (err error) {
+func writeSynced(path string, blob []byte) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
+	return writeNew(path, blob)
+}
+
+// writeNew writes blob to a file at path that must not exist yet (else an
+// error wrapping fs.ErrExist), with mode 0600, and syncs it.
+func writeNew(path string, blob []byte) (err error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
 	if err != nil {
 		return err
@@ -264,25 +270,21 @@ func (s *Store) CopyAside(ctx context.Context, suffix string) (string, error) {
 	if blob == nil {
 		return "", store.ErrNotFound
 	}
-	// Write to a temporary name, then link it to the first free name: the
-	// link fails instead of replacing an existing file.
-	tmp := s.path + tmpSuffix
-	if err := writeSynced(tmp, blob); err != nil {
-		os.Remove(tmp)
-		return "", fmt.Errorf("filestore: copy aside: %w", err)
-	}
-	defer os.Remove(tmp)
+	// Create the first free name exclusively (O_EXCL: never replacing a
+	// file; no hard links, which Gramine does not provide) and write the
+	// copy there. The original stays whatever happens.
 	base := s.path + "." + suffix
 	for i := 0; i <= maxAside; i++ {
 		dst := base
 		if i > 0 {
 			dst = base + "." + strconv.Itoa(i)
 		}
-		err := os.Link(tmp, dst)
+		err := writeNew(dst, blob)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
 		if err != nil {
+			os.Remove(dst) // a partial copy; the original is untouched
 			return "", fmt.Errorf("filestore: copy aside: %w", err)
 		}
 		if err := syncDir(s.dir); err != nil {
