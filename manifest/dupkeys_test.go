@@ -3,7 +3,6 @@ package manifest
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"reflect"
@@ -81,21 +80,7 @@ func TestParseDuplicateKeys(t *testing.T) {
 			`duplicate key "` + strings.Repeat("k", 64) + `"… at $.Packages`},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			m, err := Parse([]byte(tt.input))
-			if err == nil {
-				t.Fatalf("Parse succeeded: %+v", m)
-			}
-			if m != nil {
-				t.Error("Parse returned a manifest with its error")
-			}
-			if !errors.Is(err, ErrInvalid) {
-				t.Errorf("error %v does not wrap ErrInvalid", err)
-			}
-			if want := "unmarshaling manifest: " + tt.want; err.Error() != want {
-				t.Errorf("error:\n got %q\nwant %q", err, want)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { expectParseError(t, tt.input, tt.want) })
 	}
 }
 

@@ -210,21 +210,26 @@ func TestParseErrors(t *testing.T) {
 		{"recovery key not a string", `{"RecoveryKeys":{"k":{}}}`, "json: cannot unmarshal object into Go struct field Manifest.RecoveryKeys of type string"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			m, err := Parse([]byte(tt.input))
-			if err == nil {
-				t.Fatalf("Parse succeeded: %+v", m)
-			}
-			if m != nil {
-				t.Errorf("Parse returned a manifest with its error")
-			}
-			if !errors.Is(err, ErrInvalid) {
-				t.Errorf("error %v does not wrap ErrInvalid", err)
-			}
-			if want := "unmarshaling manifest: " + tt.want; err.Error() != want {
-				t.Errorf("error:\n got %q\nwant %q", err, want)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { expectParseError(t, tt.input, tt.want) })
+	}
+}
+
+// expectParseError checks that Parse refuses input with no manifest, an
+// error wrapping ErrInvalid, and the message "unmarshaling manifest: "+want.
+func expectParseError(t *testing.T, input, want string) {
+	t.Helper()
+	m, err := Parse([]byte(input))
+	if err == nil {
+		t.Fatalf("Parse succeeded: %+v", m)
+	}
+	if m != nil {
+		t.Error("Parse returned a manifest with its error")
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("error %v does not wrap ErrInvalid", err)
+	}
+	if want := "unmarshaling manifest: " + want; err.Error() != want {
+		t.Errorf("error:\n got %q\nwant %q", err, want)
 	}
 }
 
