@@ -216,8 +216,8 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return c.enterRecovery(blob, "the sealed state is corrupt", err)
 	}
-	dek, err := c.vault.keyFor(ctx, blob)
-	if kp := (*keyProblem)(nil); errors.As(err, &kp) {
+	dek, kp := c.vault.keyFor(ctx, blob)
+	if kp != nil {
 		return c.enterRecovery(blob, kp.what, kp.cause)
 	}
 	_, plaintext, err := seal.Open(dek, blob)
@@ -480,12 +480,12 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 		}
 		c.log.Warn("a new manifest replaces the unrecovered state; the old files are kept", "keptAt", moved)
 	}
-	var err2 error
+	var storeErr error
 	if m.Config.SealMode == manifest.SealModeDisabled {
 		c.log.Warn("manifest sets SealMode Disabled: nothing is persisted; a restart starts over in state 2")
 		c.dek, c.header = dek, header
-	} else if err2 = c.commit(ctx, st, header, dek, m.Config.SealMode); !stored(err2) {
-		return nil, err2
+	} else if storeErr = c.commit(ctx, st, header, dek, m.Config.SealMode); !stored(storeErr) {
+		return nil, storeErr
 	}
 	// The old state is replaced: recovery of it ends here, and only now
 	// that the new state is stored.
@@ -501,5 +501,5 @@ func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, 
 		fingerprint: fingerprint(raw),
 	})
 	c.log.Info("manifest set", "manifestFingerprint", fingerprint(raw), "state", int(to), "recoveryMode", string(pub.Mode))
-	return recoverySecrets, err2
+	return recoverySecrets, storeErr
 }

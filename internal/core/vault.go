@@ -77,10 +77,9 @@ type keyProblem struct {
 	cause error
 }
 
-func (p *keyProblem) Error() string { return p.what + ": " + p.cause.Error() }
-
-// keyFor reads the key file and unseals the data key bound to blob.
-func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, error) {
+// keyFor reads the key file and unseals the data key bound to blob, or
+// says why it cannot.
+func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, *keyProblem) {
 	raw, rev, err := v.key.Load(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, &keyProblem{"the sealed data key is missing", err}
