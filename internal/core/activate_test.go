@@ -508,3 +508,37 @@ func TestActivateTTLSNeedsUploadedCert(t *testing.T) {
 		t.Fatal("the refused activation was counted")
 	}
 }
+
+// Concurrent activations never pass MaxActivations: the count is checked
+// again under the lock before it is committed.
+func TestActivateMaxActivationsConcurrent(t *testing.T) {
+	admin := newFaultUser(t, "admin")
+	c := newActivationCore(t, newStores(), Options{})
+	if _, err := c.SetManifest(context.Background(), activationManifest(admin)); err != nil {
+		t.Fatal(err)
+	}
+	m := newMarbleClient(t)
+	const n = 8
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := c.Activate(context.Background(), m.request("backend", uuidA, nil))
+			errs <- err
+		}()
+	}
+	ok := 0
+	for range n {
+		err := <-errs
+		var ae *ActivationError
+		switch {
+		case err == nil:
+			ok++
+		case errors.As(err, &ae) && ae.Reason == RefusedMaxActivations:
+		default:
+			t.Errorf("unexpected refusal: %v", err)
+		}
+	}
+	if ok != 2 || c.snap.Load().persisted.Activations["backend"] != 2 {
+		t.Fatalf("%d activations succeeded, %d counted; MaxActivations is 2", ok, c.snap.Load().persisted.Activations["backend"])
+	}
+}
