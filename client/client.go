@@ -51,6 +51,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/quarry-cc/quarry/api/jsend"
@@ -63,12 +64,14 @@ const DefaultPort = "4433"
 // travel as base64).
 const maxResponseBytes = 64 << 20
 
-// Client is a Client API client for one Coordinator. It is safe for
-// concurrent use.
+// Client is a Client API client for one Coordinator deployment: one
+// endpoint, or several instances of it that it fails over between (see
+// ParseEndpoints and ErrUnreachable). It is safe for concurrent use.
 type Client struct {
-	base *url.URL
-	hc   *http.Client
-	root *x509.Certificate // pinned root; nil in insecure mode or with a caller-owned transport
+	endpoints []*url.URL
+	current   atomic.Int32 // index of the endpoint that answered last
+	hc        *http.Client
+	root      *x509.Certificate // pinned root; nil in insecure mode or with a caller-owned transport
 }
 
 // Option configures New.
@@ -79,6 +82,7 @@ type options struct {
 	insecure   bool
 	clientCert *tls.Certificate
 	hc         *http.Client
+	connect    time.Duration
 }
 
 // WithRootCertificate trusts exactly this Coordinator root certificate: the
@@ -143,16 +147,38 @@ func WithHTTPClient(hc *http.Client) Option {
 	}
 }
 
+// DefaultConnectTimeout bounds connecting to one endpoint (TCP and TLS
+// handshake each) unless WithConnectTimeout says otherwise: an endpoint
+// that does not accept the connection in time is given up for the next.
+const DefaultConnectTimeout = 10 * time.Second
+
+// WithConnectTimeout bounds connecting to one endpoint: the TCP connection
+// and the TLS handshake, each (default DefaultConnectTimeout). With several
+// endpoints, this is how long a dead instance delays a request before the
+// next one is tried. It cannot be combined with a WithHTTPClient transport
+// other than an *http.Transport.
+func WithConnectTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("client: WithConnectTimeout: %v is not positive", d)
+		}
+		o.connect = d
+		return nil
+	}
+}
+
 // ErrNoTrust is returned by New when no way to trust the Coordinator was
 // chosen.
 var ErrNoTrust = errors.New("client: no trusted root certificate: use WithRootCertificate (for example the root returned by VerifyCoordinator), or WithInsecureSkipVerify for a Coordinator in simulation mode")
 
 // New returns a Client for the Coordinator at endpoint: "host", "host:port"
-// or "https://host:port" (the port defaults to 4433). Exactly one of
+// or "https://host:port" (the port defaults to 4433), or several of them
+// comma-separated, instances of one deployment that the Client fails over
+// between on connection errors (see ErrUnreachable for the rule). Exactly one of
 // WithRootCertificate/WithRootPEM and WithInsecureSkipVerify must be given,
 // unless WithHTTPClient supplies a transport that does its own verification.
 func New(endpoint string, opts ...Option) (*Client, error) {
-	base, err := parseEndpoint(endpoint)
+	endpoints, err := parseEndpoints(endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -169,13 +195,26 @@ func New(endpoint string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{base: base, hc: hc, root: o.root}, nil
+	return &Client{endpoints: endpoints, hc: hc, root: o.root}, nil
 }
 
 // httpClient builds the HTTP client for the options.
 func (o *options) httpClient() (*http.Client, error) {
 	tlsOpts := o.root != nil || o.insecure || o.clientCert != nil
 	if o.hc != nil && !tlsOpts {
+		if o.connect != 0 {
+			if _, ok := o.hc.Transport.(*http.Transport); !ok && o.hc.Transport != nil {
+				return nil, fmt.Errorf("client: WithHTTPClient: transport %T cannot take WithConnectTimeout", o.hc.Transport)
+			}
+			hc := *o.hc
+			tr := defaultTransport()
+			if t, ok := o.hc.Transport.(*http.Transport); ok {
+				tr = t.Clone()
+			}
+			setConnectTimeout(tr, o.connect)
+			hc.Transport = tr
+			return &hc, nil
+		}
 		return o.hc, nil // the caller's transport does its own verification
 	}
 	if o.root == nil && !o.insecure {
@@ -208,15 +247,24 @@ func (o *options) httpClient() (*http.Client, error) {
 	}
 	tr.TLSClientConfig = cfg
 	tr.ForceAttemptHTTP2 = true
+	if o.connect != 0 {
+		setConnectTimeout(tr, o.connect)
+	}
 	hc.Transport = tr
 	return hc, nil
+}
+
+// setConnectTimeout bounds tr's TCP connections and TLS handshakes by d.
+func setConnectTimeout(tr *http.Transport, d time.Duration) {
+	tr.DialContext = (&net.Dialer{Timeout: d, KeepAlive: 30 * time.Second}).DialContext
+	tr.TLSHandshakeTimeout = d
 }
 
 func defaultTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout:   15 * time.Second,
+		DialContext:           (&net.Dialer{Timeout: DefaultConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   DefaultConnectTimeout,
 		ResponseHeaderTimeout: 5 * time.Minute,
 		IdleConnTimeout:       90 * time.Second,
 		MaxIdleConns:          10,
@@ -270,8 +318,18 @@ func parseEndpoint(endpoint string) (*url.URL, error) {
 	return u, nil
 }
 
-// Endpoint returns the Coordinator's base URL.
-func (c *Client) Endpoint() string { return c.base.String() }
+// Endpoint returns the base URL of the endpoint that answered last (before
+// any answer, the first one).
+func (c *Client) Endpoint() string { return c.endpoints[c.current.Load()].String() }
+
+// Endpoints returns the base URLs of all endpoints, in the order given.
+func (c *Client) Endpoints() []string {
+	out := make([]string, len(c.endpoints))
+	for i, u := range c.endpoints {
+		out[i] = u.String()
+	}
+	return out
+}
 
 // Root returns the pinned root certificate, or nil if the Client does not pin
 // one.
@@ -283,35 +341,43 @@ type response struct {
 }
 
 // do sends one request and decodes the JSend envelope: the data of a success
-// into out (if not nil), anything else into a *Error.
+// into out (if not nil), anything else into a *Error. It fails over between
+// the endpoints as the package's rule says (failover.go).
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, in, out any) (response, error) {
-	u := *c.base
-	u.Path = path
-	u.RawQuery = query.Encode()
-	var body io.Reader
+	var buf []byte
 	if in != nil {
-		buf, err := json.Marshal(in)
-		if err != nil {
+		var err error
+		if buf, err = json.Marshal(in); err != nil {
 			return response{}, fmt.Errorf("client: encoding the %s %s request: %w", method, path, err)
 		}
-		body = bytes.NewReader(buf)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
-	if err != nil {
-		return response{}, fmt.Errorf("client: %s %s: %w", method, path, err)
-	}
-	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		// The *url.Error repeats method and URL; keep its cause.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
+	n := len(c.endpoints)
+	first := int(c.current.Load())
+	var urls []string
+	var errs []error
+	var resp *http.Response
+	for i := range n {
+		idx := (first + i) % n
+		u := *c.endpoints[idx]
+		u.Path = path
+		u.RawQuery = query.Encode()
+		var a attempt
+		r, err := c.send(a.trace(ctx), method, u.String(), buf)
+		if err == nil {
+			c.current.Store(int32(idx))
+			resp = r
+			break
 		}
-		return response{}, fmt.Errorf("%s %s: %w", method, u.String(), err)
+		if !a.failOver(ctx, method, err) {
+			if a.outcomeUnknown(method, err) {
+				return response{}, fmt.Errorf("%s %s: %w (%w)", method, u.String(), err, ErrOutcomeUnknown)
+			}
+			return response{}, fmt.Errorf("%s %s: %w", method, u.String(), err)
+		}
+		urls, errs = append(urls, u.String()), append(errs, err)
+	}
+	if resp == nil {
+		return response{}, unreachable(method, urls, errs)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
@@ -350,6 +416,33 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		}
 	}
 	return r, nil
+}
+
+// send sends one request to target and returns the response, or the
+// transport's error (without the *url.Error's repetition of method and
+// URL).
+func (c *Client) send(ctx context.Context, method, target string, body []byte) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, err
+	}
+	return resp, nil
 }
 
 // notJSend describes a response that is not a JSend envelope.

@@ -113,6 +113,13 @@ func newFake(t *testing.T) *fake {
 // certificate (default: p's root).
 func newFakeWithTLSCert(t *testing.T, p *pki, tlsCert *tls.Certificate) *fake {
 	t.Helper()
+	return newFakeServer(t, p, tlsCert, true)
+}
+
+// newFakeServer starts a fake for p, speaking HTTP/2 if h2 (else HTTP/1.1
+// only); tlsCert overrides the served certificate (default: p's root).
+func newFakeServer(t *testing.T, p *pki, tlsCert *tls.Certificate, h2 bool) *fake {
+	t.Helper()
 	f := &fake{pki: p, handlers: map[string]http.HandlerFunc{}}
 	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
 	if tlsCert == nil {
@@ -122,7 +129,7 @@ func newFakeWithTLSCert(t *testing.T, p *pki, tlsCert *tls.Certificate) *fake {
 		Certificates: []tls.Certificate{*tlsCert},
 		ClientAuth:   tls.RequestClientCert,
 	}
-	f.srv.EnableHTTP2 = true
+	f.srv.EnableHTTP2 = h2
 	f.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are expected
 	f.srv.StartTLS()
 	t.Cleanup(f.srv.Close)
@@ -137,6 +144,26 @@ func (f *fake) handle(route string, h http.HandlerFunc) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.handlers[route] = h
+}
+
+// count returns how many requests with method the fake received.
+func (f *fake) count(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, r := range f.requests {
+		if r.Method == method {
+			n++
+		}
+	}
+	return n
+}
+
+// total returns how many requests the fake received.
+func (f *fake) total() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.requests)
 }
 
 func (f *fake) last() recorded {
