@@ -12,6 +12,14 @@
 //	c, err := client.New("coordinator:4433", client.WithRootCertificate(att.Root))
 //	st, err := c.Status(ctx)
 //
+// Several instances of one Coordinator deployment may be given as one
+// comma-separated endpoint, "a:4433,b:4433,c:4433", to New and
+// VerifyCoordinator. A request that cannot connect to one instance moves to
+// the next; an HTTP answer is final; a POST whose connection broke after it
+// may have been sent is never sent again (ErrOutcomeUnknown); all instances
+// must present the same pinned root. See ErrUnreachable and
+// ErrOutcomeUnknown.
+//
 // The Coordinator's TLS server certificate is its root certificate itself, so
 // a pinned Client accepts exactly that certificate, byte for byte; a
 // certificate issued under the Coordinator's CAs (a Marble's, for example)
@@ -66,7 +74,8 @@ const maxResponseBytes = 64 << 20
 
 // Client is a Client API client for one Coordinator deployment: one
 // endpoint, or several instances of it that it fails over between (see
-// ParseEndpoints and ErrUnreachable). It is safe for concurrent use.
+// ParseEndpoints, ErrUnreachable and ErrOutcomeUnknown). It is safe for
+// concurrent use.
 type Client struct {
 	endpoints []*url.URL
 	current   atomic.Int32 // index of the endpoint that answered last
@@ -377,7 +386,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		urls, errs = append(urls, u.String()), append(errs, err)
 	}
 	if resp == nil {
-		return response{}, unreachable(method, urls, errs)
+		return response{}, unreachable(method, path, urls, errs)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))

@@ -157,19 +157,24 @@ type multiError struct {
 func (e *multiError) Error() string   { return e.msg }
 func (e *multiError) Unwrap() []error { return e.errs }
 
-// unreachable is the error of a request that failed over on every endpoint:
-// urls[i] failed with errs[i].
-func unreachable(method string, urls []string, errs []error) error {
+// unreachable is the error of a request for path that failed over on every
+// endpoint: the attempt on urls[i] (the whole request URL) failed with
+// errs[i].
+func unreachable(method, path string, urls []string, errs []error) error {
 	if len(errs) == 1 {
 		// One endpoint: rendered as before there were several.
 		return &multiError{msg: fmt.Sprintf("%s %s: %v", method, urls[0], errs[0]), errs: []error{ErrUnreachable, errs[0]}}
 	}
 	texts := make([]string, len(errs))
 	for i, e := range errs {
-		texts[i] = fmt.Sprintf("%s: %v", urls[i], e)
+		host := urls[i]
+		if u, err := url.Parse(urls[i]); err == nil {
+			host = u.Host
+		}
+		texts[i] = fmt.Sprintf("%s: %v", host, e)
 	}
 	return &multiError{
-		msg:  fmt.Sprintf("%s: %s (%s)", method, ErrUnreachable, strings.Join(texts, "; ")),
+		msg:  fmt.Sprintf("%s %s: %s (%s)", method, path, ErrUnreachable, strings.Join(texts, "; ")),
 		errs: append([]error{ErrUnreachable}, errs...),
 	}
 }

@@ -117,6 +117,14 @@ set and verify the manifest, fetch the Coordinator's certificates, read and
 upload secrets, update the manifest with several users, and recover a
 Coordinator whose sealed state cannot be unsealed.
 
+Address: --coordinator (or QUARRY_COORDINATOR) is host:port, or several
+comma-separated addresses of instances of one deployment
+(a:4433,b:4433,c:4433). A request that cannot connect to one instance goes
+to the next; an answer of an instance (also an error) is final, and a
+change (set, apply, acknowledge, cancel, upload) whose connection broke
+after it was sent is never sent again: check the state before repeating it.
+All instances must present the same root certificate.
+
 Trust: every command that talks to the Coordinator needs one of
   --root FILE        a root certificate you trust (e.g. saved with 'quarry certificate root'
                      after verifying the Coordinator); the Coordinator must present exactly it;
@@ -135,7 +143,7 @@ keys are an error); those JSON bytes are what is uploaded and fingerprinted.
 		SilenceUsage:  true,
 	}
 	pf := root.PersistentFlags()
-	pf.StringVarP(&a.coordinator, "coordinator", "c", a.getenv(EnvCoordinator), "Coordinator Client API address, host:port (env "+EnvCoordinator+")")
+	pf.StringVarP(&a.coordinator, "coordinator", "c", a.getenv(EnvCoordinator), "Coordinator Client API address, host:port, or several comma-separated for instances of one deployment (env "+EnvCoordinator+")")
 	pf.StringVar(&a.rootFile, "root", "", "PEM file with the trusted Coordinator root certificate")
 	pf.BoolVar(&a.insecure, "insecure", false, "trust the Coordinator without attestation (simulation mode only)")
 	pf.StringVar(&a.certFile, "cert", "", "PEM file with a manifest user's client certificate")
@@ -315,6 +323,10 @@ func hintFor(err error) string {
 		return "the Coordinator is not the enclave the era config describes; check that the era config matches the Coordinator's version"
 	case errors.Is(err, client.ErrRootMismatch):
 		return "if the Coordinator is in recovery mode, it serves a temporary root until it is recovered: run the recovery without --root"
+	case errors.Is(err, client.ErrOutcomeUnknown):
+		return "the Coordinator may have applied the change: check its state (quarry status, quarry manifest get, quarry manifest log) before repeating the command"
+	case errors.Is(err, client.ErrUnreachable):
+		return "check the --coordinator address(es) and that a Coordinator runs there"
 	case client.IsUnauthorized(err):
 		return "pass --cert and --key with the certificate of a user of the manifest"
 	}

@@ -232,7 +232,9 @@ func TestSecretFiles(t *testing.T) {
 // (simulation: no quote), and handlers set by the test.
 type fakeCoordinator struct {
 	srv      *httptest.Server
+	cert     tls.Certificate // the root, served as TLS certificate
 	rootPEM  []byte
+	chain    string
 	mux      *http.ServeMux
 	mu       sync.Mutex
 	requests []string
@@ -244,9 +246,21 @@ func newFakeCoordinator(t *testing.T) *fakeCoordinator {
 	interKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	root := caCert(t, "root", nil, nil, rootKey)
 	inter := caCert(t, "intermediate", root, rootKey, interKey)
-	f := &fakeCoordinator{mux: http.NewServeMux()}
-	f.rootPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw})
-	chain := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: inter.Raw})) + string(f.rootPEM)
+	rootPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw})
+	chain := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: inter.Raw})) + string(rootPEM)
+	return startFakeCoordinator(t, tls.Certificate{Certificate: [][]byte{root.Raw}, PrivateKey: rootKey}, rootPEM, chain)
+}
+
+// newFakeInstance starts another instance of f's deployment: the same root
+// and chain, its own handlers.
+func newFakeInstance(t *testing.T, f *fakeCoordinator) *fakeCoordinator {
+	t.Helper()
+	return startFakeCoordinator(t, f.cert, f.rootPEM, f.chain)
+}
+
+func startFakeCoordinator(t *testing.T, cert tls.Certificate, rootPEM []byte, chain string) *fakeCoordinator {
+	t.Helper()
+	f := &fakeCoordinator{mux: http.NewServeMux(), cert: cert, rootPEM: rootPEM, chain: chain}
 	f.mux.HandleFunc("GET /api/v2/quote", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, 200, "success", v2.QuoteResponse{Cert: chain}, "")
 	})
@@ -256,7 +270,7 @@ func newFakeCoordinator(t *testing.T) *fakeCoordinator {
 		f.mu.Unlock()
 		f.mux.ServeHTTP(w, r)
 	}))
-	f.srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{root.Raw}, PrivateKey: rootKey}}, ClientAuth: tls.RequestClientCert}
+	f.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert}
 	f.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	f.srv.StartTLS()
 	t.Cleanup(f.srv.Close)

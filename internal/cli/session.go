@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"strings"
 
 	"github.com/quarry-cc/quarry/client"
 )
@@ -26,10 +27,15 @@ const (
 )
 
 // connect establishes trust in the Coordinator as the global flags say and
-// returns a client pinned to its root.
+// returns a client pinned to its root. With several addresses, the first
+// that answers is attested (or its root checked), and the client fails over
+// between all of them with that one root pinned.
 func (a *app) connect(ctx context.Context, n needs) (*session, error) {
-	if a.coordinator == "" {
-		return nil, usagef("no Coordinator address: pass --coordinator host:port or set %s", EnvCoordinator)
+	if strings.TrimSpace(a.coordinator) == "" {
+		return nil, usagef("no Coordinator address: pass --coordinator host:port (or several, comma-separated) or set %s", EnvCoordinator)
+	}
+	if _, err := client.ParseEndpoints(a.coordinator); err != nil {
+		return nil, usagef("--coordinator: %w", err)
 	}
 	if a.rootFile != "" && a.insecure {
 		return nil, usagef("--root and --insecure exclude each other")
