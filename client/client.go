@@ -1,7 +1,8 @@
 // Package client is the Go SDK of the Quarry Coordinator's Client API
 // (/api/v2). It is wire-compatible with MarbleRun's Coordinator.
 //
-// A Client talks to one Coordinator over HTTPS. Trust is explicit: either a
+// A Client talks to one Coordinator (or several instances of one, below)
+// over HTTPS. Trust is explicit: either a
 // root certificate the caller already trusts (usually the one returned by
 // VerifyCoordinator, which checks the Coordinator's quote), or, for a
 // Coordinator in simulation mode, WithInsecureSkipVerify. There is no silent
@@ -12,13 +13,29 @@
 //	c, err := client.New("coordinator:4433", client.WithRootCertificate(att.Root))
 //	st, err := c.Status(ctx)
 //
-// Several instances of one Coordinator deployment may be given as one
-// comma-separated endpoint, "a:4433,b:4433,c:4433", to New and
-// VerifyCoordinator. A request that cannot connect to one instance moves to
-// the next; an HTTP answer is final; a POST whose connection broke after it
-// may have been sent is never sent again (ErrOutcomeUnknown); all instances
-// must present the same pinned root. See ErrUnreachable and
-// ErrOutcomeUnknown.
+// Several instances of one Coordinator deployment (serving the same state
+// under the same root certificate) may be given as one comma-separated
+// endpoint, "a:4433,b:4433,c:4433", to New and VerifyCoordinator. A request
+// goes to the endpoint that answered last (at first the first one) and, if
+// it fails at the connection level, on to the next, each endpoint at most
+// once per request:
+//
+//   - Any HTTP answer is final, whatever its status (2xx, 4xx, 5xx, JSend
+//     or not): the request reached a server that decided.
+//   - A refusal by a live peer is final: the pinned root does not match
+//     (every endpoint must present the same root; another one is
+//     ErrRootMismatch, never skipped), a TLS alert, a peer that does not
+//     speak TLS. The caller's context ending is final too.
+//   - If no connection could be established (dial refused or timed out,
+//     the TLS handshake reset or timed out; see WithConnectTimeout), nothing
+//     was sent, and every request moves to the next endpoint.
+//   - If the connection broke after it was established and before the
+//     answer began, only GET requests move on. A POST is not repeated: it
+//     may have been applied, and the Client never applies a write twice.
+//     The error wraps ErrOutcomeUnknown; check the state before repeating.
+//
+// When no endpoint could be reached, the error wraps ErrUnreachable and
+// each endpoint's error.
 //
 // The Coordinator's TLS server certificate is its root certificate itself, so
 // a pinned Client accepts exactly that certificate, byte for byte; a

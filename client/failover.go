@@ -13,35 +13,8 @@ import (
 	"sync/atomic"
 )
 
-// Several endpoints and fail-over.
-//
-// A Client may be given several endpoints of one deployment, comma-separated
-// ("a:4433,b:4433"): instances that serve the same state under the same root
-// certificate. A request goes to the endpoint that answered last (at first
-// the first one); if it fails at the connection level, it moves on to the
-// next one, in order, each tried at most once per request. The rule:
-//
-//   - Any HTTP response is final, whatever its status (2xx, 4xx or 5xx,
-//     JSend or not): the request reached a server that decided.
-//   - A refusal by a live peer is final too: the pinned root does not match
-//     (all endpoints must present the same root; another one is
-//     ErrRootMismatch, never skipped), a TLS alert of the peer, or a peer
-//     that does not speak TLS.
-//   - The caller's context ending is final.
-//   - Otherwise the request failed before an answer. If no connection to the
-//     endpoint was established (dial refused or timed out, the peer reset
-//     or timed out the TLS handshake), nothing of the request was sent, and
-//     every request moves to the next endpoint.
-//   - If a connection was established but the answer did not start (reset
-//     or closed after the request may have been written), only GET and
-//     HEAD requests, which change nothing, move to the next endpoint. Any
-//     other request (POST) is not repeated: it may have been applied, and
-//     a write must never be applied twice by the client's retry. The error
-//     wraps ErrOutcomeUnknown; the caller checks the Coordinator's state
-//     before repeating it.
-//
-// When every endpoint failed over, the error wraps ErrUnreachable and each
-// endpoint's error.
+// Several endpoints and fail-over: the rule is in the package comment
+// (client.go); attempt.failOver implements it.
 
 // ErrUnreachable is wrapped when no endpoint could be reached: the request
 // got no answer from any of the Client's endpoints. A POST was not
