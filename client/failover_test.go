@@ -80,7 +80,7 @@ func (r *resetter) addr() string { return r.l.Addr().String() }
 func list(endpoints ...string) string { return strings.Join(endpoints, ",") }
 
 // liveFake is a fake answering status and manifest uploads.
-func liveFake(t *testing.T, p *pki) *fake {
+func liveFake(t testing.TB, p *pki) *fake {
 	t.Helper()
 	f := newFakeWithTLSCert(t, p, nil)
 	f.handle("GET "+v2.PathStatus, success(v2.StatusResponse{Code: 2, Status: 2, Message: "ready"}))
@@ -372,4 +372,70 @@ func TestParseEndpoints(t *testing.T) {
 	if _, err := client.New("a", client.WithInsecureSkipVerify(), client.WithConnectTimeout(0)); err == nil {
 		t.Error("WithConnectTimeout(0) accepted")
 	}
+}
+
+// FuzzParseEndpoints: any input is refused or yields one normalised base
+// URL per comma-separated element, which parse again to themselves.
+func FuzzParseEndpoints(f *testing.F) {
+	for _, s := range []string{"a", "a:1,b:2", "https://[::1]:7, b", "a,,b", "a,a:4433", "http://x", "https://u@h", ",", "[::1", "a:99999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		got, err := client.ParseEndpoints(in)
+		if err != nil {
+			return
+		}
+		if len(got) != strings.Count(in, ",")+1 {
+			t.Fatalf("ParseEndpoints(%q) = %d endpoints for %d elements", in, len(got), strings.Count(in, ",")+1)
+		}
+		again, err := client.ParseEndpoints(strings.Join(got, ","))
+		if err != nil || strings.Join(again, ",") != strings.Join(got, ",") {
+			t.Fatalf("ParseEndpoints(%q) = %q, which parses to %q, %v", in, got, again, err)
+		}
+	})
+}
+
+// BenchmarkFailover measures a GET with one endpoint, with a refused
+// endpoint first on a client that has already failed over once (it starts
+// at the endpoint that answered), and on a fresh client each time (dial
+// refused, then a new TLS connection).
+func BenchmarkFailover(b *testing.B) {
+	p := newPKI(b)
+	live := liveFake(b, p)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	ctx := context.Background()
+	run := func(b *testing.B, c *client.Client) {
+		if _, err := c.Status(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("one-endpoint", func(b *testing.B) {
+		c, _ := client.New(live.endpoint(), client.WithRootCertificate(p.root))
+		for b.Loop() {
+			run(b, c)
+		}
+	})
+	b.Run("refused-first-warm", func(b *testing.B) {
+		c, _ := client.New(list(closed, live.endpoint()), client.WithRootCertificate(p.root))
+		for b.Loop() {
+			run(b, c)
+		}
+	})
+	b.Run("refused-first-fresh-client", func(b *testing.B) {
+		for b.Loop() {
+			c, _ := client.New(list(closed, live.endpoint()), client.WithRootCertificate(p.root))
+			run(b, c)
+		}
+	})
+	b.Run("one-endpoint-fresh-client", func(b *testing.B) {
+		for b.Loop() {
+			c, _ := client.New(live.endpoint(), client.WithRootCertificate(p.root))
+			run(b, c)
+		}
+	})
 }

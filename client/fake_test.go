@@ -29,7 +29,7 @@ type pki struct {
 	root, inter       *x509.Certificate
 }
 
-func newPKI(t *testing.T) *pki {
+func newPKI(t testing.TB) *pki {
 	t.Helper()
 	p := &pki{}
 	var err error
@@ -46,7 +46,7 @@ func newPKI(t *testing.T) *pki {
 
 // createCert creates a CA certificate valid for loopback; self-signed if
 // parent is nil.
-func createCert(t *testing.T, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, pub *ecdsa.PublicKey, self *ecdsa.PrivateKey) *x509.Certificate {
+func createCert(t testing.TB, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, pub *ecdsa.PublicKey, self *ecdsa.PrivateKey) *x509.Certificate {
 	t.Helper()
 	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
 	tmpl := &x509.Certificate{
@@ -111,14 +111,14 @@ func newFake(t *testing.T) *fake {
 
 // newFakeWithTLSCert starts a fake for p; tlsCert overrides the served
 // certificate (default: p's root).
-func newFakeWithTLSCert(t *testing.T, p *pki, tlsCert *tls.Certificate) *fake {
+func newFakeWithTLSCert(t testing.TB, p *pki, tlsCert *tls.Certificate) *fake {
 	t.Helper()
 	return newFakeServer(t, p, tlsCert, true)
 }
 
 // newFakeServer starts a fake for p, speaking HTTP/2 if h2 (else HTTP/1.1
 // only); tlsCert overrides the served certificate (default: p's root).
-func newFakeServer(t *testing.T, p *pki, tlsCert *tls.Certificate, h2 bool) *fake {
+func newFakeServer(t testing.TB, p *pki, tlsCert *tls.Certificate, h2 bool) *fake {
 	t.Helper()
 	f := &fake{pki: p, handlers: map[string]http.HandlerFunc{}}
 	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
