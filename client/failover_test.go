@@ -21,7 +21,7 @@ import (
 
 // closedAddr returns an address on which nothing listens: dialling it is
 // refused.
-func closedAddr(t *testing.T) string {
+func closedAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -402,12 +402,7 @@ func FuzzParseEndpoints(f *testing.F) {
 func BenchmarkFailover(b *testing.B) {
 	p := newPKI(b)
 	live := liveFake(b, p)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	closed := l.Addr().String()
-	l.Close()
+	closed := closedAddr(b)
 	ctx := context.Background()
 	run := func(b *testing.B, c *client.Client) {
 		if _, err := c.Status(ctx); err != nil {
