@@ -207,8 +207,12 @@ func Decode(r io.Reader) (*Archive, error) {
 		if hdr.Size < 0 || hdr.Size > limit {
 			return nil, fmt.Errorf("%w: %s of %d bytes exceeds %d", ErrInvalid, want, hdr.Size, limit)
 		}
-		b := make([]byte, hdr.Size)
-		if _, err := io.ReadFull(tr, b); err != nil {
+		// Grow with the data read, not with the size claimed.
+		b, err := io.ReadAll(io.LimitReader(tr, hdr.Size))
+		if err == nil && int64(len(b)) != hdr.Size {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%w: reading %s: %s", ErrInvalid, want, describe(err))
 		}
 		return b, nil
