@@ -393,7 +393,7 @@ func TestDockerfileReaderRefuses(t *testing.T) {
 		"FROM x AS a\nRUN <<EOF\ngo build\nEOF\n": "heredocs",
 		"RUN true\n":                   "before FROM",
 		"FROM x AS a\nENV A=\"b c\"\n": "unquoted",
-		"FROM x AS a\nRUN a \\":      "continuation at the end",
+		"FROM x AS a\nRUN a \\":        "continuation at the end",
 	} {
 		if _, _, err := parseDockerfile(bad); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want an error saying %q", bad, err, want)
