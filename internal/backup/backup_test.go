@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -571,4 +572,29 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded backup: %v", err)
 		}
 	})
+}
+
+// BenchmarkBackupRestore: Take, Encode, Decode and Restore of a 1 MiB state.
+func BenchmarkBackupRestore(b *testing.B) {
+	s := newState(b, strings.Repeat("x", 1<<20))
+	src := b.TempDir()
+	writeFiles(b, src, s.blob, keyFile(b, s.entry))
+	b.SetBytes(int64(len(s.blob)))
+	for i := 0; b.Loop(); i++ {
+		a, _, err := Take(context.Background(), src, TakeOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := a.Encode(&buf); err != nil {
+			b.Fatal(err)
+		}
+		got, err := Decode(&buf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Restore(context.Background(), filepath.Join(b.TempDir(), strconv.Itoa(i)), got, false, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
