@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/quarry-cc/quarry/internal/app"
+	"github.com/quarry-cc/quarry/internal/backup"
 	"github.com/quarry-cc/quarry/internal/config"
 )
 
@@ -23,6 +24,9 @@ const (
 )
 
 func main() {
+	if len(os.Args) > 1 && backup.IsCommand(os.Args[1]) {
+		os.Exit(backup.Main(os.Args[1], os.Args[2:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Getenv, os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -1,0 +1,442 @@
+package kubernetes_test
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/quarry-cc/quarry/internal/config"
+)
+
+var update = flag.Bool("update", false, "regenerate plain/ from the chart")
+
+const chartDir = "chart"
+
+// The probe paths on the metrics listener (issue 16, fixed names).
+var (
+	livenessPath  = "/healthz"
+	readinessPath = "/readyz"
+)
+
+// pendingSettings are read by the etcd store of issue 15; until that lands
+// config.Load does not look them up, and the test only logs them.
+var pendingSettings = map[string]bool{"QUARRY_STORE": true, "QUARRY_ETCD_ENDPOINTS": true,
+	"QUARRY_ETCD_PREFIX": true, "QUARRY_ETCD_CA": true, "QUARRY_ETCD_CERT": true, "QUARRY_ETCD_KEY": true}
+
+// plainArgs are the helm template arguments plain/coordinator.yaml is
+// generated with.
+var plainArgs = []string{"template", "quarry-coordinator", chartDir, "--namespace", "quarry"}
+
+func helm(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	path, err := exec.LookPath("helm")
+	if err != nil {
+		if os.Getenv("QUARRY_REQUIRE_HELM") == "1" {
+			t.Fatal("helm is not installed (.ci/run installs it)")
+		}
+		t.Skip("helm is not installed; `go install helm.sh/helm/v3/cmd/helm@v3.22.0` (.ci/run does)")
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(path, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.Bytes())
+	}
+	return out, nil
+}
+
+type obj = map[string]any
+
+// objects renders the chart and parses every document.
+func objects(t *testing.T, sets ...string) []obj {
+	t.Helper()
+	args := []string{"template", "quarry-coordinator", chartDir, "--namespace", "quarry"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	out, err := helm(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parse(t, out)
+}
+
+func parse(t *testing.T, out []byte) []obj {
+	t.Helper()
+	var objs []obj
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var o obj
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("rendered YAML: %v\n%s", err, doc)
+		}
+		if o != nil {
+			objs = append(objs, o)
+		}
+	}
+	return objs
+}
+
+// get walks o along the path of map keys and list indexes.
+func get(o any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := o.(obj)
+			if !ok {
+				return nil
+			}
+			o = m[k]
+		case int:
+			l, ok := o.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			o = l[k]
+		}
+	}
+	return o
+}
+
+func str(o any, path ...any) string {
+	v := get(o, path...)
+	if v == nil {
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+func list(o any, path ...any) []any {
+	l, _ := get(o, path...).([]any)
+	return l
+}
+
+func byKind(objs []obj, kind string) []obj {
+	var out []obj
+	for _, o := range objs {
+		if o["kind"] == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func TestChartLint(t *testing.T) {
+	for _, sets := range [][]string{nil, haSets, {"serviceMonitor.enabled=true"}} {
+		args := []string{"lint", "--strict", chartDir}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		if out, err := helm(t, args...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+}
+
+var haSets = []string{"ha.enabled=true", "ha.etcd.endpoints={https://etcd-0.etcd:2379,https://etcd-1.etcd:2379}", "ha.etcd.tlsSecret=etcd-client"}
+
+// rendered is the chart's Coordinator as config.Load sees it.
+type rendered struct {
+	sts       obj
+	container obj
+	env       map[string]string
+	ports     map[string]float64 // container port name → number
+	mounts    map[string]string  // volume name → mount path
+	cfg       config.Config
+	looked    map[string]bool // names config.Load looked up
+}
+
+func render(t *testing.T, objs []obj) rendered {
+	t.Helper()
+	sts := byKind(objs, "StatefulSet")
+	if len(sts) != 1 {
+		t.Fatalf("%d StatefulSets", len(sts))
+	}
+	r := rendered{sts: sts[0], env: map[string]string{}, ports: map[string]float64{}, mounts: map[string]string{}, looked: map[string]bool{}}
+	containers := list(r.sts, "spec", "template", "spec", "containers")
+	if len(containers) != 1 {
+		t.Fatalf("%d containers", len(containers))
+	}
+	r.container = containers[0].(obj)
+	for _, e := range list(r.container, "env") {
+		name := str(e, "name")
+		if _, dup := r.env[name]; dup {
+			t.Errorf("env %s set twice", name)
+		}
+		r.env[name] = str(e, "value")
+	}
+	for _, p := range list(r.container, "ports") {
+		r.ports[str(p, "name")] = get(p, "containerPort").(float64)
+	}
+	for _, m := range list(r.container, "volumeMounts") {
+		r.mounts[str(m, "name")] = str(m, "mountPath")
+	}
+	// File settings point into mounted Secrets; give config.Load files.
+	env := map[string]string{}
+	for k, v := range r.env {
+		env[k] = v
+		if strings.HasPrefix(v, "/etc/") {
+			p := filepath.Join(t.TempDir(), filepath.Base(v))
+			os.WriteFile(p, nil, 0o600)
+			env[k] = p
+		}
+	}
+	cfg, err := config.Load(func(k string) string { r.looked[k] = true; return env[k] }, nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("the chart's environment is not a valid configuration: %v", err)
+	}
+	r.cfg = cfg
+	for name := range r.env {
+		switch {
+		case r.looked[name]:
+		case pendingSettings[name]:
+			t.Logf("%s: not read by this build's config.Load yet (issue 15)", name)
+		default:
+			t.Errorf("env %s is not a setting the Coordinator reads", name)
+		}
+	}
+	return r
+}
+
+func port(t *testing.T, addr string) float64 {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(p)
+	if err != nil || perr != nil || n == 0 {
+		t.Fatalf("address %q has no fixed port", addr)
+	}
+	return float64(n)
+}
+
+func TestChartDefault(t *testing.T) {
+	objs := objects(t)
+	r := render(t, objs)
+	checkCoordinator(t, objs, r)
+	if got := get(r.sts, "spec", "replicas"); got != 1.0 {
+		t.Errorf("replicas %v, want 1", got)
+	}
+	// The seal directory is the PersistentVolume of the claim template.
+	vct := list(r.sts, "spec", "volumeClaimTemplates")
+	if len(vct) != 1 || str(vct[0], "metadata", "name") != "seal" || str(vct[0], "spec", "resources", "requests", "storage") == "" {
+		t.Fatalf("volumeClaimTemplates %v", vct)
+	}
+	if r.mounts["seal"] != r.cfg.SealDir {
+		t.Errorf("the seal volume is mounted at %q, the seal directory is %q", r.mounts["seal"], r.cfg.SealDir)
+	}
+	if len(byKind(objs, "ServiceMonitor")) != 0 {
+		t.Error("a ServiceMonitor without serviceMonitor.enabled")
+	}
+	for k := range pendingSettings {
+		if _, ok := r.env[k]; ok {
+			t.Errorf("%s set without ha.enabled", k)
+		}
+	}
+	// The image tag defaults to the chart's appVersion.
+	chart, _ := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	var meta struct {
+		AppVersion string `json:"appVersion"`
+	}
+	yaml.Unmarshal(chart, &meta)
+	if img := str(r.container, "image"); meta.AppVersion == "" || !strings.HasSuffix(img, ":"+meta.AppVersion) {
+		t.Errorf("image %s, appVersion %s", img, meta.AppVersion)
+	}
+}
+
+func TestChartHA(t *testing.T) {
+	objs := objects(t, haSets...)
+	r := render(t, objs)
+	checkCoordinator(t, objs, r)
+	if got := get(r.sts, "spec", "replicas"); got != 3.0 {
+		t.Errorf("replicas %v, want 3", got)
+	}
+	if vct := list(r.sts, "spec", "volumeClaimTemplates"); len(vct) != 0 {
+		t.Errorf("volumeClaimTemplates with etcd: %v", vct)
+	}
+	want := map[string]string{"QUARRY_STORE": "etcd", "QUARRY_ETCD_ENDPOINTS": "https://etcd-0.etcd:2379,https://etcd-1.etcd:2379", "QUARRY_ETCD_PREFIX": "/quarry/"}
+	for k, v := range want {
+		if r.env[k] != v {
+			t.Errorf("%s = %q, want %q", k, r.env[k], v)
+		}
+	}
+	// The TLS files are in the mounted Secret.
+	vols := map[string]any{}
+	for _, v := range list(r.sts, "spec", "template", "spec", "volumes") {
+		vols[str(v, "name")] = v
+	}
+	if str(vols["etcd-tls"], "secret", "secretName") != "etcd-client" {
+		t.Fatalf("volumes %v", vols)
+	}
+	for _, k := range []string{"QUARRY_ETCD_CA", "QUARRY_ETCD_CERT", "QUARRY_ETCD_KEY"} {
+		if filepath.Dir(r.env[k]) != r.mounts["etcd-tls"] {
+			t.Errorf("%s = %s is not in the Secret mounted at %s", k, r.env[k], r.mounts["etcd-tls"])
+		}
+	}
+	// The seal directory is still writable (read-only root file system).
+	if get(vols["seal"], "emptyDir") == nil || r.mounts["seal"] != r.cfg.SealDir {
+		t.Errorf("seal volume %v mounted at %q, seal directory %q", vols["seal"], r.mounts["seal"], r.cfg.SealDir)
+	}
+	// Without endpoints: a clear refusal.
+	if _, err := helm(t, "template", "x", chartDir, "--set", "ha.enabled=true"); err == nil || !strings.Contains(err.Error(), "ha.etcd.endpoints") {
+		t.Errorf("ha.enabled without endpoints: %v", err)
+	}
+}
+
+func TestChartServiceMonitor(t *testing.T) {
+	objs := objects(t, "serviceMonitor.enabled=true", "serviceMonitor.labels.release=prom")
+	r := render(t, objs)
+	sm := byKind(objs, "ServiceMonitor")
+	if len(sm) != 1 {
+		t.Fatalf("%d ServiceMonitors", len(sm))
+	}
+	ep := list(sm[0], "spec", "endpoints")
+	if len(ep) != 1 || str(ep[0], "path") != "/metrics" || str(ep[0], "port") != "metrics" {
+		t.Fatalf("endpoints %v", ep)
+	}
+	if str(sm[0], "metadata", "labels", "release") != "prom" {
+		t.Error("serviceMonitor.labels not applied")
+	}
+	// It selects exactly the Service whose port "metrics" leads to the
+	// metrics listener.
+	sel := get(sm[0], "spec", "selector", "matchLabels").(obj)
+	var matched []obj
+	for _, svc := range byKind(objs, "Service") {
+		if matches(sel, get(svc, "metadata", "labels")) {
+			matched = append(matched, svc)
+		}
+	}
+	if len(matched) != 1 || str(matched[0], "spec", "ports", 0, "name") != "metrics" ||
+		r.ports[str(matched[0], "spec", "ports", 0, "targetPort")] != port(t, r.cfg.PrometheusAddr) {
+		t.Fatalf("the ServiceMonitor selects %d Services: %v", len(matched), matched)
+	}
+}
+
+func TestChartRefusesManagedEnv(t *testing.T) {
+	_, err := helm(t, "template", "x", chartDir, "--set", "coordinator.env.EDG_COORDINATOR_SEAL_DIR=/x")
+	if err == nil || !strings.Contains(err.Error(), "the chart sets EDG_COORDINATOR_SEAL_DIR itself") {
+		t.Fatalf("a managed setting in coordinator.env: %v", err)
+	}
+	// Another setting passes through and must be one config.Load reads.
+	r := render(t, objects(t, "coordinator.env.QUARRY_RECOVERY_TIMEOUT=1h"))
+	if r.cfg.RecoveryTimeout.String() != "1h0m0s" {
+		t.Fatalf("QUARRY_RECOVERY_TIMEOUT via coordinator.env: %v", r.cfg.RecoveryTimeout)
+	}
+}
+
+func matches(sel obj, labels any) bool {
+	l, _ := labels.(obj)
+	for k, v := range sel {
+		if l[k] != v {
+			return false
+		}
+	}
+	return len(sel) > 0
+}
+
+// checkCoordinator checks what every rendering shares: ports, probes,
+// Services, resources and the security context.
+func checkCoordinator(t *testing.T, objs []obj, r rendered) {
+	t.Helper()
+	for name, addr := range map[string]string{"client-api": r.cfg.ClientAddr, "mesh": r.cfg.MeshAddr, "metrics": r.cfg.PrometheusAddr} {
+		if r.ports[name] != port(t, addr) {
+			t.Errorf("container port %s = %v, the setting listens on %s", name, r.ports[name], addr)
+		}
+	}
+	// Probes: the fixed paths, plain HTTP, on the metrics listener.
+	for probe, path := range map[string]string{"startupProbe": livenessPath, "livenessProbe": livenessPath, "readinessProbe": readinessPath} {
+		p := get(r.container, probe, "httpGet")
+		if p == nil {
+			t.Errorf("no %s", probe)
+			continue
+		}
+		if str(p, "path") != path {
+			t.Errorf("%s path %s, want %s", probe, str(p, "path"), path)
+		}
+		if s := str(p, "scheme"); s != "" && s != "HTTP" {
+			t.Errorf("%s scheme %s: the metrics listener is plain HTTP", probe, s)
+		}
+		pt := str(p, "port")
+		n, ok := r.ports[pt]
+		if !ok {
+			n, _ = get(p, "port").(float64)
+		}
+		if n != port(t, r.cfg.PrometheusAddr) {
+			t.Errorf("%s port %s is not the metrics listener %s", probe, pt, r.cfg.PrometheusAddr)
+		}
+	}
+	// Services: each port leads to a container port; selectors match the
+	// pod's labels.
+	podLabels := get(r.sts, "spec", "template", "metadata", "labels")
+	var names []string
+	for _, svc := range byKind(objs, "Service") {
+		names = append(names, str(svc, "metadata", "name"))
+		if !matches(get(svc, "spec", "selector").(obj), podLabels) {
+			t.Errorf("Service %s does not select the Coordinator's pods", str(svc, "metadata", "name"))
+		}
+		for _, p := range list(svc, "spec", "ports") {
+			if _, ok := r.ports[str(p, "targetPort")]; !ok {
+				t.Errorf("Service %s targets port %s, which the container does not have", str(svc, "metadata", "name"), str(p, "targetPort"))
+			}
+		}
+	}
+	for _, want := range []string{"quarry-coordinator", "quarry-coordinator-mesh", "quarry-coordinator-metrics"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no Service %s (have %v)", want, names)
+		}
+	}
+	if str(r.sts, "spec", "serviceName") == "" || !slices.Contains(names, str(r.sts, "spec", "serviceName")) {
+		t.Errorf("the StatefulSet's serviceName %q is not rendered", str(r.sts, "spec", "serviceName"))
+	}
+	// The certificates name the client Service.
+	if !slices.Contains(r.cfg.DNSNames, "quarry-coordinator.quarry.svc") {
+		t.Errorf("DNS names %v lack the client Service", r.cfg.DNSNames)
+	}
+	for _, res := range []string{"cpu", "memory"} {
+		if str(r.container, "resources", "requests", res) == "" {
+			t.Errorf("no %s request", res)
+		}
+	}
+	sc := get(r.container, "securityContext")
+	psc := get(r.sts, "spec", "template", "spec", "securityContext")
+	if get(sc, "readOnlyRootFilesystem") != true || get(sc, "allowPrivilegeEscalation") != false || get(psc, "runAsNonRoot") != true {
+		t.Errorf("security context %v, pod %v", sc, psc)
+	}
+	if uid, _ := get(psc, "runAsUser").(float64); uid == 0 {
+		t.Error("the pod runs as root")
+	}
+}
+
+// plain/coordinator.yaml is helm template's output with plainArgs.
+func TestPlainManifestsUpToDate(t *testing.T) {
+	out, err := helm(t, plainArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]byte("# Generated from deploy/kubernetes/chart by: helm "+strings.Join(plainArgs, " ")+
+		"\n# Regenerate with: go test ./deploy/kubernetes -run TestPlainManifestsUpToDate -update\n"), out...)
+	path := filepath.Join("plain", "coordinator.yaml")
+	if *update {
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s is stale: go test ./deploy/kubernetes -run TestPlainManifestsUpToDate -update", path)
+	}
+	// It is the default rendering, checked like it.
+	objs := parse(t, got)
+	checkCoordinator(t, objs, render(t, objs))
+}

@@ -1,0 +1,304 @@
+// Package backup copies the Coordinator's sealed state (sealed_data and
+// sealed_key in the seal directory) into a backup file and puts it back:
+// the `coordinator backup` and `coordinator restore` commands (issue 16,
+// docs/backup.md).
+//
+// A backup holds exactly the sealed files, nothing decrypted: the state
+// stays encrypted under its data key and the key stays sealed by whatever
+// sealed it (in simulation that is no protection at all, as on disk).
+//
+// # Backup file format (version 1)
+//
+// A POSIX tar archive (ustar) of four regular files, in this order:
+//
+//	quarry-backup.json  the descriptor: {"format":"quarry-seal-backup",
+//	                    "version":1,"created":RFC 3339 time,"files":[
+//	                    {"name":"sealed_data","size":N,"sha256":hex},
+//	                    {"name":"sealed_key","size":N,"sha256":hex}]}
+//	sealed_data         the sealed state, byte for byte
+//	sealed_key          a key file with the one entry bound to that
+//	                    sealed_data (or the legacy 32-byte key)
+//	SHA256SUM           hex SHA-256 and a newline, over the three entries
+//	                    before it, each framed as name NUL size NUL content
+//
+// and nothing else. `tar -xf` unpacks it; `sha256sum` checks the files
+// against the descriptor.
+package backup
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/quarry-cc/quarry/internal/seal"
+)
+
+// The seal directory's file names (internal/app uses the same).
+const (
+	DataFile = "sealed_data"
+	KeyFile  = "sealed_key"
+)
+
+// Format names the backup format in the descriptor; Version is the format
+// version this build writes and reads.
+const (
+	Format  = "quarry-seal-backup"
+	Version = 1
+)
+
+const (
+	descriptorName = "quarry-backup.json"
+	checksumName   = "SHA256SUM"
+	// maxDescriptor bounds the descriptor entry.
+	maxDescriptor = 64 << 10
+	// MaxFileSize bounds sealed_data (and so a backup) at 1 GiB; the
+	// manifest and secrets limits keep real states far smaller.
+	MaxFileSize = 1 << 30
+	// maxKeyFile bounds sealed_key (two entries of at most 64 KiB each).
+	maxKeyFile = 256 << 10
+)
+
+// ErrInvalid means a backup file is not a valid Quarry backup: truncated,
+// corrupt (a checksum or hash does not match), of another format or an
+// unsupported version, or holding files that do not belong together.
+// Errors wrap it and say which.
+var ErrInvalid = errors.New("not a valid Quarry backup")
+
+// Archive is one backup: a consistent pair of sealed files.
+type Archive struct {
+	// Created is when the backup was taken (second precision, UTC).
+	Created time.Time
+	// Data is sealed_data.
+	Data []byte
+	// Key is sealed_key, reduced to the entry bound to Data (or the
+	// legacy raw key).
+	Key []byte
+}
+
+type descriptor struct {
+	Format  string     `json:"format"`
+	Version int        `json:"version"`
+	Created time.Time  `json:"created"`
+	Files   []fileDesc `json:"files"`
+}
+
+type fileDesc struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+func sum(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// checksum is the SHA256SUM entry's hash over the entries before it.
+func checksum(entries [][2][]byte) string {
+	h := sha256.New()
+	for _, e := range entries {
+		h.Write(e[0])
+		h.Write([]byte{0})
+		h.Write([]byte(strconv.Itoa(len(e[1]))))
+		h.Write([]byte{0})
+		h.Write(e[1])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Check verifies that the archive's files belong together: sealed_data is
+// a well-formed sealed blob and sealed_key a key file with an entry bound
+// to it. It does not (cannot, without the sealing key) decrypt anything.
+func (a *Archive) Check() error {
+	if len(a.Data) > MaxFileSize {
+		return fmt.Errorf("%w: sealed_data of %d bytes exceeds %d", ErrInvalid, len(a.Data), MaxFileSize)
+	}
+	if len(a.Key) > maxKeyFile {
+		return fmt.Errorf("%w: sealed_key of %d bytes exceeds %d", ErrInvalid, len(a.Key), maxKeyFile)
+	}
+	if _, err := seal.ReadHeader(a.Data); err != nil {
+		return fmt.Errorf("%w: sealed_data: %w", ErrInvalid, err)
+	}
+	entries, err := seal.DecodeKeyFile(a.Key)
+	if err != nil {
+		return fmt.Errorf("%w: sealed_key: %w", ErrInvalid, err)
+	}
+	if _, ok := seal.Find(entries, a.Data); !ok {
+		return fmt.Errorf("%w: sealed_key has no entry bound to sealed_data", ErrInvalid)
+	}
+	return nil
+}
+
+// Encode writes the archive in the backup file format.
+func (a *Archive) Encode(w io.Writer) error {
+	if err := a.Check(); err != nil {
+		return err
+	}
+	created := a.Created.UTC().Truncate(time.Second)
+	desc, err := json.MarshalIndent(descriptor{
+		Format: Format, Version: Version, Created: created,
+		Files: []fileDesc{
+			{Name: DataFile, Size: int64(len(a.Data)), SHA256: sum(a.Data)},
+			{Name: KeyFile, Size: int64(len(a.Key)), SHA256: sum(a.Key)},
+		},
+	}, "", "  ")
+	if err != nil {
+		return err
+	}
+	desc = append(desc, '\n')
+	entries := [][2][]byte{
+		{[]byte(descriptorName), desc},
+		{[]byte(DataFile), a.Data},
+		{[]byte(KeyFile), a.Key},
+	}
+	entries = append(entries, [2][]byte{[]byte(checksumName), []byte(checksum(entries) + "\n")})
+
+	tw := tar.NewWriter(w)
+	for _, e := range entries {
+		hdr := &tar.Header{
+			Typeflag: tar.TypeReg,
+			Name:     string(e[0]),
+			Size:     int64(len(e[1])),
+			Mode:     0o600,
+			ModTime:  created,
+			Format:   tar.FormatUSTAR,
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("backup: write %s: %w", e[0], err)
+		}
+		if _, err := tw.Write(e[1]); err != nil {
+			return fmt.Errorf("backup: write %s: %w", e[0], err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("backup: finish archive: %w", err)
+	}
+	return nil
+}
+
+// Decode reads and verifies a backup file: the format and version, every
+// entry, the descriptor's sizes and hashes, the checksum, that nothing
+// else follows, and Check. Any problem is an error wrapping ErrInvalid
+// that says what is wrong.
+func Decode(r io.Reader) (*Archive, error) {
+	cr := &countingReader{r: r}
+	tr := tar.NewReader(cr)
+	next := func(want string, limit int64) ([]byte, error) {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: truncated: the archive ends before %s", ErrInvalid, want)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading the entry for %s: %s", ErrInvalid, want, describe(err))
+		}
+		if hdr.Name != want {
+			return nil, fmt.Errorf("%w: entry %q where %s belongs", ErrInvalid, hdr.Name, want)
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			return nil, fmt.Errorf("%w: %s is not a regular file (type %q)", ErrInvalid, want, hdr.Typeflag)
+		}
+		if hdr.Size < 0 || hdr.Size > limit {
+			return nil, fmt.Errorf("%w: %s of %d bytes exceeds %d", ErrInvalid, want, hdr.Size, limit)
+		}
+		// Grow with the data read, not with the size claimed.
+		b, err := io.ReadAll(io.LimitReader(tr, hdr.Size))
+		if err == nil && int64(len(b)) != hdr.Size {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading %s: %s", ErrInvalid, want, describe(err))
+		}
+		return b, nil
+	}
+
+	rawDesc, err := next(descriptorName, maxDescriptor)
+	if err != nil {
+		return nil, err
+	}
+	var desc descriptor
+	dec := json.NewDecoder(bytes.NewReader(rawDesc))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&desc); err != nil {
+		return nil, fmt.Errorf("%w: descriptor %s: %v", ErrInvalid, descriptorName, err)
+	}
+	if desc.Format != Format {
+		return nil, fmt.Errorf("%w: descriptor names format %q, not %q", ErrInvalid, desc.Format, Format)
+	}
+	if desc.Version != Version {
+		return nil, fmt.Errorf("%w: format version %d (this build reads version %d; a newer Quarry wrote it?)", ErrInvalid, desc.Version, Version)
+	}
+	if len(desc.Files) != 2 || desc.Files[0].Name != DataFile || desc.Files[1].Name != KeyFile {
+		return nil, fmt.Errorf("%w: the descriptor must list %s and %s, in that order", ErrInvalid, DataFile, KeyFile)
+	}
+	data, err := next(DataFile, MaxFileSize)
+	if err != nil {
+		return nil, err
+	}
+	key, err := next(KeyFile, maxKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	for i, b := range [][]byte{data, key} {
+		f := desc.Files[i]
+		if int64(len(b)) != f.Size || sum(b) != f.SHA256 {
+			return nil, fmt.Errorf("%w: %s (%d bytes, SHA-256 %s) does not match the descriptor (%d bytes, SHA-256 %s): corrupt", ErrInvalid, f.Name, len(b), sum(b), f.Size, f.SHA256)
+		}
+	}
+	got, err := next(checksumName, 2*sha256.Size+1)
+	if err != nil {
+		return nil, err
+	}
+	want := checksum([][2][]byte{{[]byte(descriptorName), rawDesc}, {[]byte(DataFile), data}, {[]byte(KeyFile), key}}) + "\n"
+	if string(got) != want {
+		return nil, fmt.Errorf("%w: the checksum does not match the content: corrupt", ErrInvalid)
+	}
+	// The end of the checksum entry's (padded) content, then the two zero
+	// blocks that end a tar archive.
+	end := (cr.n+blockSize-1)/blockSize*blockSize + 2*blockSize
+	switch hdr, err := tr.Next(); {
+	case errors.Is(err, io.EOF) && cr.n < end:
+		return nil, fmt.Errorf("%w: truncated: the end-of-archive marker is missing", ErrInvalid)
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, fmt.Errorf("%w: after the checksum: %s", ErrInvalid, describe(err))
+	default:
+		return nil, fmt.Errorf("%w: unexpected entry %q after the checksum", ErrInvalid, hdr.Name)
+	}
+	a := &Archive{Created: desc.Created, Data: data, Key: key}
+	if err := a.Check(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+const blockSize = 512
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// describe turns a tar reading error into words.
+func describe(err error) string {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return "truncated (unexpected end of file)"
+	}
+	if errors.Is(err, tar.ErrHeader) {
+		return "not a tar archive, or a corrupt entry header"
+	}
+	return err.Error()
+}

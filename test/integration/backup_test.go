@@ -1,0 +1,294 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// runTool runs the coordinator binary with args (backup, restore) and
+// returns its exit code and stderr.
+func runTool(t *testing.T, stdin []byte, args ...string) (code int, stdout []byte, stderr string) {
+	t.Helper()
+	cmd := exec.Command(coordinatorBin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	default:
+		t.Fatalf("running coordinator %v: %v", args, err)
+	}
+	return code, out.Bytes(), errb.String()
+}
+
+// runToolOK runs the tool and fails unless it exits 0.
+func runToolOK(t *testing.T, args ...string) string {
+	t.Helper()
+	code, _, stderr := runTool(t, nil, args...)
+	if code != 0 {
+		t.Fatalf("coordinator %v: exit %d\n%s", args, code, stderr)
+	}
+	return stderr
+}
+
+// plainValue reads the user-defined plain secret's value.
+func plainValue(t *testing.T, c *coordinator, hc *http.Client) string {
+	t.Helper()
+	return string(getSecrets(t, c, hc, "plain")["plain"].Public)
+}
+
+// Issue 16: backups taken while secrets are uploaded in a loop always
+// restore and open: state 3, the same manifest and root, and the last
+// upload acknowledged before the backup started, or a later one.
+func TestBackupDuringWriteLoop(t *testing.T) {
+	s := newSecretsSetup(t)
+	hc := s.c.client(nil, nil)
+	root := fetchRoot(t, s.c, hc)
+	raw := s.f.bytes(t)
+	expect(t, postSecrets(t, s.c, s.alice, map[string]any{"plain": map[string]any{"key": []byte("v0")}}), http.StatusOK, "success")
+
+	var acked atomic.Int64 // the last acknowledged upload
+	stop := make(chan struct{})
+	loopErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				loopErr <- nil
+				return
+			default:
+			}
+			body, _ := json.Marshal(map[string]any{"secrets": map[string]any{"plain": map[string]any{"key": []byte("v" + strconv.Itoa(i))}}})
+			resp, err := s.alice.Post(s.c.url("/api/v2/secrets"), "application/json", bytes.NewReader(body))
+			if err != nil {
+				loopErr <- err
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				loopErr <- fmt.Errorf("upload %d: %s", i, resp.Status)
+				return
+			}
+			acked.Store(int64(i))
+		}
+	}()
+
+	const backups = 6
+	type taken struct {
+		file   string
+		before int64
+	}
+	var files []taken
+	work := t.TempDir()
+	for k := range backups {
+		// Let some uploads land between backups.
+		for start := acked.Load(); acked.Load() < start+3; {
+			time.Sleep(5 * time.Millisecond)
+		}
+		before := acked.Load()
+		file := filepath.Join(work, fmt.Sprintf("backup-%d.qbk", k))
+		stderr := runToolOK(t, "backup", "--seal-dir", s.c.sealDir, "--out", file)
+		if !strings.Contains(stderr, "read without the directory lock") {
+			t.Errorf("backup %d did not report reading beside the running Coordinator:\n%s", k, stderr)
+		}
+		files = append(files, taken{file, before})
+	}
+	close(stop)
+	wg.Wait()
+	if err := <-loopErr; err != nil {
+		t.Fatal(err)
+	}
+	last := acked.Load()
+	t.Logf("%d uploads acknowledged during %d backups", last, backups)
+	s.c.kill()
+
+	for k, b := range files {
+		dir := filepath.Join(work, fmt.Sprintf("restored-%d", k))
+		runToolOK(t, "restore", "--seal-dir", dir, "--in", b.file)
+		c := startCoordinator(t, dir)
+		chc := c.client(nil, nil)
+		expectState(t, c, chc, 3, msgRunning)
+		if got := fetchRoot(t, c, chc); !got.Equal(root) {
+			t.Fatalf("backup %d: another root certificate", k)
+		}
+		checkManifest(t, c, c.client(root, nil), root, raw)
+		alice := s.f.users["alice"].cert
+		v := plainValue(t, c, c.client(root, &alice))
+		n, err := strconv.ParseInt(strings.TrimPrefix(v, "v"), 10, 64)
+		if err != nil || n < b.before || n > last+1 {
+			t.Fatalf("backup %d (taken after upload %d acknowledged, %d in all) restores secret %q", k, b.before, last, v)
+		}
+		c.kill()
+	}
+}
+
+// Restoring over a newer state needs --force, keeps the newer files aside
+// and brings back the backup's state; restore refuses a running
+// Coordinator, and truncated or corrupt files, with their exit codes.
+func TestRestoreRules(t *testing.T) {
+	s := newSecretsSetup(t)
+	alice := s.f.users["alice"].cert
+	expect(t, postSecrets(t, s.c, s.alice, map[string]any{"plain": map[string]any{"key": []byte("old")}}), http.StatusOK, "success")
+	work := t.TempDir()
+	file := filepath.Join(work, "b.qbk")
+	runToolOK(t, "backup", "--seal-dir", s.c.sealDir, "--out", file)
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Never overwrites a backup file.
+	if code, _, stderr := runTool(t, nil, "backup", "--seal-dir", s.c.sealDir, "--out", file); code != 1 || !strings.Contains(stderr, "exists") {
+		t.Fatalf("backup over an existing file: exit %d\n%s", code, stderr)
+	}
+	expect(t, postSecrets(t, s.c, s.alice, map[string]any{"plain": map[string]any{"key": []byte("newer")}}), http.StatusOK, "success")
+
+	// A running Coordinator: exit 3, nothing changed.
+	before := readSealed(t, s.c.sealDir)
+	code, _, stderr := runTool(t, nil, "restore", "--seal-dir", s.c.sealDir, "--in", file, "--force")
+	if code != 3 || !strings.Contains(stderr, "in use by a running Coordinator") {
+		t.Fatalf("restore beside a running Coordinator: exit %d\n%s", code, stderr)
+	}
+	if readSealed(t, s.c.sealDir) != before {
+		t.Fatal("a refused restore changed the seal directory")
+	}
+	if err := s.c.stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+
+	// Truncated and corrupt files: exit 5, nothing changed.
+	for name, bad := range map[string][]byte{
+		"truncated": good[:len(good)*2/3],
+		"corrupt":   flipByte(good, 700),
+		"empty":     {},
+	} {
+		path := filepath.Join(work, name)
+		os.WriteFile(path, bad, 0o600)
+		code, _, stderr := runTool(t, nil, "restore", "--seal-dir", s.c.sealDir, "--in", path, "--force")
+		if code != 5 || !strings.Contains(stderr, "not a valid Quarry backup") {
+			t.Fatalf("%s backup: exit %d\n%s", name, code, stderr)
+		}
+		if readSealed(t, s.c.sealDir) != before {
+			t.Fatalf("restoring a %s backup changed the seal directory", name)
+		}
+	}
+
+	// A newer state: exit 4 without --force.
+	code, _, stderr = runTool(t, nil, "restore", "--seal-dir", s.c.sealDir, "--in", file)
+	if code != 4 || !strings.Contains(stderr, "--force") {
+		t.Fatalf("restore over a newer state: exit %d\n%s", code, stderr)
+	}
+	if readSealed(t, s.c.sealDir) != before {
+		t.Fatal("a refused restore changed the seal directory")
+	}
+	// From standard input, forced.
+	code, _, stderr = runTool(t, good, "restore", "--seal-dir", s.c.sealDir, "--in", "-", "--force")
+	if code != 0 {
+		t.Fatalf("forced restore: exit %d\n%s", code, stderr)
+	}
+	aside, _ := filepath.Glob(filepath.Join(s.c.sealDir, "sealed_*.before-restore-*"))
+	if len(aside) != 2 {
+		t.Fatalf("replaced files kept: %v", aside)
+	}
+	s.c.start()
+	expectState(t, s.c, s.c.client(nil, nil), 3, msgRunning)
+	if v := plainValue(t, s.c, s.c.client(nil, &alice)); v != "old" {
+		t.Fatalf("after the restore the secret is %q, want the backup's", v)
+	}
+	// The same backup again: nothing to do.
+	s.c.kill()
+	if stderr := runToolOK(t, "restore", "--seal-dir", s.c.sealDir, "--in", file); !strings.Contains(stderr, "nothing changed") {
+		t.Fatalf("restoring the same state again:\n%s", stderr)
+	}
+
+	// Backup: no state (exit 6), usage (exit 2), to standard output.
+	if code, _, stderr := runTool(t, nil, "backup", "--seal-dir", t.TempDir(), "--out", filepath.Join(work, "x")); code != 6 {
+		t.Fatalf("backup of an empty directory: exit %d\n%s", code, stderr)
+	}
+	if code, _, _ := runTool(t, nil, "backup", "--seal-dir", s.c.sealDir); code != 2 {
+		t.Fatalf("backup without --out: exit %d", code)
+	}
+	if code, _, _ := runTool(t, nil, "restore", "--bogus"); code != 2 {
+		t.Fatalf("restore with an unknown flag: exit %d", code)
+	}
+	code, out, stderr := runTool(t, nil, "backup", "--seal-dir", s.c.sealDir, "--out", "-")
+	if code != 0 {
+		t.Fatalf("backup to standard output: exit %d, %d bytes\n%s", code, len(out), stderr)
+	}
+	dir := filepath.Join(work, "from-stdout")
+	if code, _, stderr := runTool(t, out, "restore", "--seal-dir", dir, "--in", "-"); code != 0 {
+		t.Fatalf("restore of the standard-output backup: exit %d\n%s", code, stderr)
+	}
+}
+
+func flipByte(b []byte, i int) []byte {
+	c := append([]byte{}, b...)
+	c[i] ^= 0xff
+	return c
+}
+
+// readSealed returns the seal directory's sealed files, for comparison.
+func readSealed(t *testing.T, dir string) string {
+	t.Helper()
+	var out strings.Builder
+	for _, name := range []string{"sealed_data", "sealed_key"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&out, "%s:%x;", name, b)
+	}
+	return out.String()
+}
+
+// A restored backup opens where the sealing key is the same, and leads to
+// recovery mode where it differs (Gramine sealing with another signer's
+// key); the recovery secret then restores it.
+func TestRestoreOtherSealingKey(t *testing.T) {
+	g := newGramineSealing(t, "ProductKey")
+	work := t.TempDir()
+	file := filepath.Join(work, "b.qbk")
+	runToolOK(t, "backup", "--seal-dir", g.c.sealDir, "--out", file)
+	g.c.kill()
+
+	same := filepath.Join(work, "same")
+	runToolOK(t, "restore", "--seal-dir", same, "--in", file)
+	c := startCoordinator(t, same, g.c.env...)
+	hc := c.client(nil, nil)
+	expectState(t, c, hc, 3, msgRunning)
+	checkManifest(t, c, c.client(g.root, nil), g.root, g.raw)
+	c.kill()
+
+	// Another machine: another sealing key.
+	g.dev.SetSealingKey(t, "ProductKey", nil)
+	other := filepath.Join(work, "other")
+	runToolOK(t, "restore", "--seal-dir", other, "--in", file)
+	g.c = startCoordinator(t, other, g.c.env...)
+	expectState(t, g.c, g.c.client(nil, nil), 1, msgRecovery)
+	if !strings.Contains(g.c.Logs(), "sealed by another enclave") {
+		t.Errorf("the log does not say the key was sealed elsewhere:\n%s", g.c.Logs())
+	}
+	g.upload(t, "key1", 0)
+	g.checkRecovered(t)
+}
