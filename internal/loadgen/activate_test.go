@@ -178,7 +178,11 @@ func TestRunActivate(t *testing.T) {
 		if res.Latency.P50 <= 0 || res.Latency.Max < res.Latency.P99 || res.Bytes <= 0 {
 			t.Errorf("%s: latency %+v, %d bytes", typ, res.Latency, res.Bytes)
 		}
-		if ids := m.uuids(); len(ids) > marbles*5 || len(ids) < marbles {
+		// Each Marble keeps its UUID across its activations, so the runs
+		// (at most five windows) record at most marbles*5 UUIDs. A loaded
+		// machine may end a window before every Marble's first activation
+		// completed, so fewer than marbles is possible, never none.
+		if ids := m.uuids(); len(ids) > marbles*5 || len(ids) == 0 {
 			t.Errorf("%s: %d distinct UUIDs for %d Marbles per run", typ, len(ids), marbles)
 		}
 	}
