@@ -59,4 +59,3 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
-
