@@ -3,17 +3,11 @@ package core
 import (
 	"bytes"
 	"context"
-	"crypto"
-	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -28,115 +22,38 @@ import (
 // to the repository root.
 const vectorRoot = "../../../shared/testdata/marblerun-state"
 
-var vectorNames = []string{"single", "multiparty", "threshold"}
+var vectorNames = marbleruntest.VectorNames
 
 // mrVector is one MarbleRun state vector with what a migration must
 // reproduce.
 type mrVector struct {
+	*marbleruntest.Vector
 	name       string
 	data, key  []byte
 	manifest   []byte
 	admin      *x509.Certificate
 	recKeys    map[string]*rsa.PrivateKey
-	recSecrets map[string][]byte // plain (decrypted) recovery secrets
-	expected   struct {
-		Certificates struct {
-			Root         string `json:"rootPEM"`
-			Intermediate string `json:"intermediatePEM"`
-			MarbleRoot   string `json:"marbleRootPEM"`
-		} `json:"certificates"`
-		Manifest struct {
-			Manifest    string `json:"manifest"`
-			Fingerprint string `json:"manifestFingerprint"`
-			Signature   string `json:"manifestSignatureRootECDSA"`
-		} `json:"manifest"`
-		SecretsQuery    []string `json:"secretsQuery"`
-		SecretsResponse struct {
-			Secrets map[string]struct {
-				Type        string
-				Size        uint
-				Shared      bool
-				UserDefined bool
-				Cert        []byte
-				ValidFor    uint
-				Private     []byte
-				Public      []byte
-			} `json:"secrets"`
-		} `json:"secretsResponse"`
-		UpdateLog struct {
-			UpdateLog []string `json:"updateLog"`
-		} `json:"updateLog"`
-	}
+	recSecrets map[string][]byte
+	expected   marbleruntest.Expected
 }
 
 func readVector(t testing.TB, name string) *mrVector {
 	t.Helper()
-	dir := filepath.Join(vectorRoot, name)
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("MarbleRun state vectors not available (%v): they are read from ../shared relative to the repository root", err)
-	}
-	read := func(p string) []byte {
-		b, err := os.ReadFile(filepath.Join(dir, p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	v := &mrVector{name: name, data: read("sealed_data"), key: read("sealed_key"), manifest: read("manifest.json")}
-	if err := json.Unmarshal(read("expected.json"), &v.expected); err != nil {
-		t.Fatal(err)
-	}
-	blk, _ := pem.Decode(read("user/admin.crt"))
-	var err error
-	if v.admin, err = x509.ParseCertificate(blk.Bytes); err != nil {
-		t.Fatal(err)
-	}
-	var rd struct{ RecoverySecrets map[string][]byte }
-	if err := json.Unmarshal(read("recovery_data.json"), &rd); err != nil {
-		t.Fatal(err)
-	}
-	v.recKeys, v.recSecrets = map[string]*rsa.PrivateKey{}, map[string][]byte{}
-	for kname, ct := range rd.RecoverySecrets {
-		blk, _ := pem.Decode(read("recovery_keys/" + kname + ".pem"))
-		k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		priv := k.(*rsa.PrivateKey)
-		plain, err := rsa.DecryptOAEP(sha256.New(), nil, priv, ct, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v.recKeys[kname], v.recSecrets[kname] = priv, plain
-	}
-	return v
-}
-
-// sign signs a recovery secret as the CLI does (PKCS #1 v1.5, SHA-256).
-func (v *mrVector) sign(t testing.TB, key string, secret []byte) []byte {
-	t.Helper()
-	d := sha256.Sum256(secret)
-	sig, err := rsa.SignPKCS1v15(rand.Reader, v.recKeys[key], crypto.SHA256, d[:])
+	v := marbleruntest.ReadVector(t, vectorRoot, name)
+	blk, _ := pem.Decode(v.AdminCertPEM)
+	admin, err := x509.ParseCertificate(blk.Bytes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sig
+	return &mrVector{Vector: v, name: v.Name, data: v.Data, key: v.Key, manifest: v.Manifest, admin: admin,
+		recKeys: v.RecoveryKeys, recSecrets: v.RecoverySecrets, expected: v.Expected}
 }
 
-// recoveryOrder is the recovery keys to upload, in order (threshold: 1 and 3).
-func (v *mrVector) recoveryOrder() []string {
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range v.recKeys {
-			if !yield(n) {
-				return
-			}
-		}
-	})
-	if v.name == "threshold" {
-		return []string{"shareholder1", "shareholder3"}
-	}
-	return names
+func (v *mrVector) sign(t testing.TB, key string, secret []byte) []byte {
+	return v.Sign(t, key, secret)
 }
+
+func (v *mrVector) recoveryOrder() []string { return v.RecoveryOrder("") }
 
 // stores returns memory stores holding the vector's files (key omitted if
 // withKey is false).

@@ -6,14 +6,11 @@ package integration
 
 import (
 	"bytes"
-	"crypto"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/json"
 	"encoding/pem"
 	"net/http"
 	"os"
@@ -23,107 +20,44 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quarry-cc/quarry/internal/marblerun/marbleruntest"
 )
 
 const marbleRunVectors = "../../../shared/testdata/marblerun-state"
 
-var marbleRunVectorNames = []string{"single", "multiparty", "threshold"}
+var marbleRunVectorNames = marbleruntest.VectorNames
 
 // mrVector is one MarbleRun state vector.
 type mrVector struct {
-	name, dir  string
+	*marbleruntest.Vector
+	name       string
 	data, key  []byte
 	admin      tls.Certificate
 	recKeys    map[string]*rsa.PrivateKey
 	recSecrets map[string][]byte
-	expected   struct {
-		Certificates struct {
-			Root         string `json:"rootPEM"`
-			Intermediate string `json:"intermediatePEM"`
-			MarbleRoot   string `json:"marbleRootPEM"`
-		} `json:"certificates"`
-		QuoteResponse struct {
-			Cert string `json:"cert"`
-		} `json:"quoteResponse"`
-		Manifest struct {
-			Manifest    string `json:"manifest"`
-			Fingerprint string `json:"manifestFingerprint"`
-			Signature   string `json:"manifestSignatureRootECDSA"`
-		} `json:"manifest"`
-		SecretsQuery    []string `json:"secretsQuery"`
-		SecretsResponse struct {
-			Secrets map[string]v2Secret `json:"secrets"`
-		} `json:"secretsResponse"`
-		UpdateLog struct {
-			UpdateLog []string `json:"updateLog"`
-		} `json:"updateLog"`
-	}
+	expected   marbleruntest.Expected
 }
 
 func readMarbleRunVector(t *testing.T, name string) *mrVector {
 	t.Helper()
-	dir := filepath.Join(marbleRunVectors, name)
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("MarbleRun state vectors not available (%v): they are read from ../shared relative to the repository root", err)
-	}
-	read := func(p string) []byte {
-		b, err := os.ReadFile(filepath.Join(dir, p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	v := &mrVector{name: name, dir: dir, data: read("sealed_data"), key: read("sealed_key")}
-	if err := json.Unmarshal(read("expected.json"), &v.expected); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if v.admin, err = tls.X509KeyPair(read("user/admin.crt"), read("user/admin.key")); err != nil {
-		t.Fatal(err)
-	}
-	var rd struct{ RecoverySecrets map[string][]byte }
-	if err := json.Unmarshal(read("recovery_data.json"), &rd); err != nil {
-		t.Fatal(err)
-	}
-	v.recKeys, v.recSecrets = map[string]*rsa.PrivateKey{}, map[string][]byte{}
-	for k, ct := range rd.RecoverySecrets {
-		blk, _ := pem.Decode(read("recovery_keys/" + k + ".pem"))
-		priv, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v.recKeys[k] = priv.(*rsa.PrivateKey)
-		// What `marblerun recover` does: RSA-OAEP-SHA256 decrypt ...
-		if v.recSecrets[k], err = rsa.DecryptOAEP(sha256.New(), nil, v.recKeys[k], ct, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return v
-}
-
-// signed returns the recover body for key k: the plain secret and its
-// PKCS #1 v1.5 SHA-256 signature, as the CLI sends them.
-func (v *mrVector) recoverBody(t *testing.T, k string) (secret, sig []byte) {
-	t.Helper()
-	d := sha256.Sum256(v.recSecrets[k])
-	sig, err := rsa.SignPKCS1v15(rand.Reader, v.recKeys[k], crypto.SHA256, d[:])
+	v := marbleruntest.ReadVector(t, marbleRunVectors, name)
+	admin, err := tls.X509KeyPair(v.AdminCertPEM, v.AdminKeyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v.recSecrets[k], sig
+	return &mrVector{Vector: v, name: v.Name, data: v.Data, key: v.Key, admin: admin,
+		recKeys: v.RecoveryKeys, recSecrets: v.RecoverySecrets, expected: v.Expected}
 }
 
-func (v *mrVector) recoveryOrder() []string {
-	if v.name == "threshold" {
-		return []string{"shareholder2", "shareholder3"}
-	}
-	var names []string
-	for k := range v.recKeys {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	return names
+// recoverBody returns the plain secret of key k and its signature, as
+// `marblerun recover` sends them.
+func (v *mrVector) recoverBody(t *testing.T, k string) (secret, sig []byte) {
+	t.Helper()
+	return v.recSecrets[k], v.Sign(t, k, v.recSecrets[k])
 }
+
+func (v *mrVector) recoveryOrder() []string { return v.RecoveryOrder("shareholder2") }
 
 // sealDir returns a new seal directory holding copies of the vector's files
 // (sealed_key only if withKey).
