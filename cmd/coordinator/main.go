@@ -44,6 +44,13 @@ func run(getenv func(string) string, args []string, stdout, stderr io.Writer) in
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.CheckMigration {
+		if err := app.CheckMigration(ctx, cfg, log, stdout); err != nil {
+			log.Error("migration check", "error", err.Error())
+			return exitFailure
+		}
+		return exitOK
+	}
 
 	a, err := app.New(ctx, cfg, log)
 	if err != nil {

@@ -100,6 +100,10 @@ type Config struct {
 	// EnableV1Recover serves the unprefixed POST /recover, which carries
 	// no signature over the recovery secret (decision D11); off by default.
 	EnableV1Recover bool
+	// CheckMigration (flag only) makes the coordinator report what a start
+	// would migrate from a MarbleRun seal directory, write nothing, and
+	// exit (docs/migration.md).
+	CheckMigration bool
 	// MaxSecrets is the most secrets a manifest may define (0: no limit).
 	MaxSecrets int
 	// MaxSecretGeneration is the most estimated single-core time the
@@ -181,6 +185,8 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	simSealing := env("QUARRY_INSECURE_SIMULATED_SEALING", "0")
 	fs.Var((*switchFlag)(&simSealing), "insecure-simulated-sealing",
 		"under Gramine, keep the data key in clear in sealed_key instead of sealing it with the enclave's sealing key (--insecure-simulated-sealing, or =1 / =0). Anyone with the disk then has every secret; for tests only; a warning is logged at every start [QUARRY_INSECURE_SIMULATED_SEALING]")
+	fs.BoolVar(&c.CheckMigration, "check-migration", false,
+		"dry run: report what a start would migrate from a MarbleRun seal directory (counts of secrets, users, update log entries; whether a recovery is needed), write nothing, and exit: 0 migratable or nothing to migrate, 1 not migratable")
 	v1Recover = env("QUARRY_ENABLE_V1_RECOVER", "0")
 	fs.Var((*switchFlag)(&v1Recover), "enable-v1-recover",
 		"serve the unprefixed v1 POST /recover (--enable-v1-recover, or =1 / =0). Off by default because it carries no signature over the recovery secret, so it does not prove that the uploader holds the recovery key as /api/v2/recover does; enable it only for old clients [QUARRY_ENABLE_V1_RECOVER]")

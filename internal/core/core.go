@@ -156,6 +156,12 @@ const stateFormat = 1
 type sealHeader struct {
 	Format   int             `json:"format"`
 	Recovery recovery.Public `json:"recovery"`
+	// MarbleRunShares are the share hashes of a state migrated from
+	// MarbleRun with XOR or Shamir recovery (migrate.go): MarbleRun does
+	// not record which recovery key holds which share, so Recovery.Keys
+	// carry no share hashes and each upload is matched to its key by its
+	// signature.
+	MarbleRunShares []string `json:"marbleRunShares,omitempty"`
 }
 
 // New creates the Coordinator and loads its state: no sealed state → state 2;
@@ -211,6 +217,13 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	}
 	if err != nil {
 		return c.enterRecovery(nil, "the sealed state cannot be read", err)
+	}
+	if !isQuarryBlob(blob) {
+		sd, err := marbleRunData(blob)
+		if err != nil {
+			return c.enterRecovery(blob, "sealed_data is neither Quarry's sealed state nor MarbleRun's (truncated or damaged?)", err)
+		}
+		return c.loadMarbleRun(ctx, blob, sd)
 	}
 	hdr, err := decodeHeader(blob)
 	if err != nil {

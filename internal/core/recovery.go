@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quarry-cc/quarry/internal/marblerun"
 	"github.com/quarry-cc/quarry/internal/recovery"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/manifest"
@@ -23,6 +24,11 @@ import (
 type recoveryRound struct {
 	collector *recovery.Collector
 	cannot    error // why the blob cannot be recovered at all
+	// shares collects MarbleRun's recovery secrets instead of collector:
+	// for a MarbleRun sealed_data (marbleRun set), or a migrated state
+	// with MarbleRun's share hashes (migrate_recover.go).
+	shares    *marblerun.Collector
+	marbleRun *marblerun.SealedData
 
 	ephMu sync.Mutex
 	eph   *rsa.PrivateKey
@@ -31,7 +37,7 @@ type recoveryRound struct {
 // start prepares recovery of blob: its public header names the recovery
 // keys and shares.
 func (r *recoveryRound) start(blob []byte, ttl time.Duration, now func() time.Time) {
-	r.collector, r.cannot = nil, nil
+	r.collector, r.cannot, r.shares, r.marbleRun = nil, nil, nil, nil
 	if blob == nil {
 		r.cannot = errors.New("the sealed state cannot be read")
 		return
@@ -45,6 +51,10 @@ func (r *recoveryRound) start(blob []byte, ttl time.Duration, now func() time.Ti
 		r.cannot = recovery.ErrNotRecoverable
 		return
 	}
+	if len(hdr.MarbleRunShares) > 0 {
+		r.startMigrated(blob, hdr, ttl, now)
+		return
+	}
 	r.collector = recovery.NewCollector(hdr.Recovery, ttl, now)
 }
 
@@ -53,7 +63,10 @@ func (r *recoveryRound) stop() {
 	if r.collector != nil {
 		r.collector.Reset()
 	}
-	r.collector, r.cannot = nil, nil
+	if r.shares != nil {
+		r.shares.Reset()
+	}
+	r.collector, r.cannot, r.shares, r.marbleRun = nil, nil, nil, nil
 	r.ephMu.Lock()
 	r.eph = nil
 	r.ephMu.Unlock()
@@ -166,6 +179,9 @@ func (c *Core) recover(ctx context.Context, secret, signature []byte, signed boo
 			return RecoverResult{}, classify(ErrInvalidRequest, fmt.Errorf("failed to decrypt recovery secret: %w", err))
 		}
 		secret = plain
+	}
+	if r.shares != nil {
+		return c.recoverShares(ctx, secret, signature, signed)
 	}
 	add := r.collector.AddUnsigned
 	if signed {
