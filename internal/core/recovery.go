@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/recovery"
@@ -23,6 +24,9 @@ import (
 type recoveryRound struct {
 	collector *recovery.Collector
 	cannot    error // why the blob cannot be recovered at all
+	// progress is the collector and its threshold, readable without the
+	// Core's lock (metrics).
+	progress atomic.Pointer[roundProgress]
 
 	ephMu sync.Mutex
 	eph   *rsa.PrivateKey
@@ -46,6 +50,13 @@ func (r *recoveryRound) start(blob []byte, ttl time.Duration, now func() time.Ti
 		return
 	}
 	r.collector = recovery.NewCollector(hdr.Recovery, ttl, now)
+	r.progress.Store(&roundProgress{collector: r.collector, need: hdr.Recovery.Threshold})
+}
+
+// roundProgress is what RecoverySharesAccepted reads.
+type roundProgress struct {
+	collector *recovery.Collector
+	need      int
 }
 
 // stop ends recovery: shares and the ephemeral key are dropped.
@@ -54,6 +65,7 @@ func (r *recoveryRound) stop() {
 		r.collector.Reset()
 	}
 	r.collector, r.cannot = nil, nil
+	r.progress.Store(nil)
 	r.ephMu.Lock()
 	r.eph = nil
 	r.ephMu.Unlock()
