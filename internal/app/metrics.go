@@ -21,7 +21,9 @@ import (
 
 // metricsHooks forwards the core's hooks to the metrics once they exist
 // (the metrics read the core, so they are made after it).
-type metricsHooks struct{ m atomic.Pointer[metrics.Metrics] }
+type metricsHooks struct {
+	m atomic.Pointer[metrics.Metrics]
+}
 
 func (h *metricsHooks) onActivation(a core.ActivationAttempt) {
 	if m := h.m.Load(); m != nil {

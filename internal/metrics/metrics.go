@@ -195,7 +195,9 @@ func (m *Metrics) OnCommit(r core.CommitResult) {
 
 // GRPCInterceptor returns the Marble API's unary interceptor that records
 // the grpc_server_* metrics.
-func (m *Metrics) GRPCInterceptor() grpc.UnaryServerInterceptor { return m.grpc.UnaryServerInterceptor() }
+func (m *Metrics) GRPCInterceptor() grpc.UnaryServerInterceptor {
+	return m.grpc.UnaryServerInterceptor()
+}
 
 // InitializeGRPC creates the grpc_server_* series of every method of srv at
 // zero, so that they exist before the first call.
