@@ -454,3 +454,46 @@ func TestHealthProbesInRecoveryMode(t *testing.T) {
 	m.expectValue(t, 1, "quarry_state_commits_total", "result", "success")
 	checkProbes(t, s.c, http.StatusOK, "ok")
 }
+
+// TestEventsBounded checks that /events keeps the latest
+// QUARRY_ACTIVATION_EVENTS activations and counts the dropped ones, and
+// that events do not survive a restart.
+func TestEventsBounded(t *testing.T) {
+	c := startCoordinator(t, "", envMetrics, "QUARRY_ACTIVATION_EVENTS=3")
+	_, adminPEM := newUserCert(t, "admin")
+	expect(t, setManifest(t, c, c.client(nil, nil), marbleManifest(t, adminPEM)), http.StatusOK, "success")
+	tm := newTestMarble(t)
+	var ids []string
+	for range 5 {
+		id := uuid.NewString()
+		ids = append(ids, id)
+		tm.mustActivate(t, c, "backend", id)
+	}
+	events := func() ([]string, string) {
+		code, body, hdr := plainGet(t, http.MethodGet, "http://"+metricsAddr(t, c)+"/events")
+		if code != http.StatusOK {
+			t.Fatalf("/events: %d %s", code, body)
+		}
+		var evs []struct {
+			Activation struct {
+				UUID string `json:"uuid"`
+			} `json:"activation"`
+		}
+		if err := json.Unmarshal(body, &evs); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range evs {
+			got = append(got, e.Activation.UUID)
+		}
+		return got, hdr.Get("X-Quarry-Events-Dropped")
+	}
+	got, dropped := events()
+	if strings.Join(got, ",") != strings.Join(ids[2:], ",") || dropped != "2" {
+		t.Errorf("events %v (dropped %s), want the latest three %v (dropped 2)", got, dropped, ids[2:])
+	}
+	c.restart()
+	if got, dropped := events(); len(got) != 0 || dropped != "0" {
+		t.Errorf("after a restart: events %v, dropped %s", got, dropped)
+	}
+}
