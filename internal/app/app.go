@@ -17,9 +17,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quarry-cc/quarry/internal/attest/collateral"
 	"github.com/quarry-cc/quarry/internal/ca"
 	"github.com/quarry-cc/quarry/internal/config"
 	"github.com/quarry-cc/quarry/internal/core"
+	"github.com/quarry-cc/quarry/internal/metrics"
 	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/server/marbleapi"
 	"github.com/quarry-cc/quarry/internal/server/rest"
@@ -55,6 +57,12 @@ type App struct {
 	log    *slog.Logger
 	core   *core.Core
 	unlock func() error
+
+	// Metrics and health (metrics.go).
+	hooks      metricsHooks
+	metrics    *metrics.Metrics // nil without a metrics address
+	probe      *metrics.Probe
+	collateral *collateral.Cache // nil without a collateral source
 }
 
 // New builds the Coordinator: it takes the seal directory (exclusively),
@@ -135,18 +143,17 @@ func (a *App) init(ctx context.Context) error {
 		RecoveryTimeout:   a.cfg.RecoveryTimeout,
 		AllowQuoteFailure: a.cfg.DevMode,
 		SecretLimits:      secrets.Limits{MaxSecrets: a.cfg.MaxSecrets, MaxWork: a.cfg.MaxSecretGeneration},
-		// Every activation attempt is logged by the core itself; metrics
-		// will hook OnActivation.
+		// Every activation attempt is logged by the core itself.
 		ActivationEvents: activationEvents(a.cfg.ActivationEvents),
+		OnActivation:     a.hooks.onActivation,
+		OnCommit:         a.hooks.onCommit,
 	})
 	if err != nil {
 		return err
 	}
+	a.initMetrics()
 	if a.cfg.EnableV1Recover {
 		a.log.Warn("the unprefixed v1 POST /recover is enabled: it accepts recovery secrets without a signature (QUARRY_ENABLE_V1_RECOVER)")
-	}
-	if a.cfg.PrometheusAddr != "" {
-		a.log.Warn("EDG_COORDINATOR_PROMETHEUS_ADDR is set, but this Coordinator does not serve metrics yet; ignoring it")
 	}
 	return a.applyStartupManifest(ctx)
 }
@@ -208,6 +215,12 @@ func (a *App) Run(ctx context.Context) error {
 		ln.Close()
 		return fmt.Errorf("marble API: %w", err)
 	}
+	metricsLn, err := a.listenMetrics()
+	if err != nil {
+		ln.Close()
+		meshLn.Close()
+		return err
+	}
 	ln = rest.GuardPlainHTTP(ln) // plain HTTP gets a JSend 400, not net/http's text
 	bodyMem, bodyMemSource := bodyMemory(readSystemFile)
 	handler := rest.New(a.core, rest.Options{
@@ -216,6 +229,8 @@ func (a *App) Run(ctx context.Context) error {
 		RequestTimeout:   requestTimeout,
 		BodyMemory:       bodyMem,
 		Logger:           a.log,
+		Metrics:          a.restMetrics(),
+		Readiness:        a.probe,
 	})
 	srv := &http.Server{
 		Handler:           handler,
@@ -245,7 +260,9 @@ func (a *App) Run(ctx context.Context) error {
 		MaxSendBytes:   marbleapi.MaxSendBytesFor(a.cfg.MaxManifestBytes),
 		RequestTimeout: requestTimeout,
 		Logger:         a.log,
+		Interceptors:   a.grpcInterceptors(),
 	})
+	stopMetrics := a.serveMetrics(metricsLn, mesh)
 
 	clientErr, meshErr := make(chan error, 1), make(chan error, 1)
 	go func() { clientErr <- srv.ServeTLS(ln, "", "") }()
@@ -269,7 +286,10 @@ func (a *App) Run(ctx context.Context) error {
 	if failure != nil {
 		a.log.Error("a server failed; shutting down the other", "error", failure.Error())
 	}
-	return errors.Join(failure, a.shutdown(srv, mesh, clientErr, meshErr))
+	shutErr := a.shutdown(srv, mesh, clientErr, meshErr)
+	mctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	return errors.Join(failure, shutErr, stopMetrics(mctx))
 }
 
 // shutdown stops both servers gracefully within shutdownTimeout: running

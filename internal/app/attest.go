@@ -73,7 +73,8 @@ func (a *App) quoteVerifier() (core.QuoteVerifier, error) {
 		a.log.Info("quote verification unavailable: no collateral source (--collateral-file or --pccs-url); sign-quote will refuse, and so will Marble activations unless the Coordinator runs in simulation")
 		return nil, nil
 	}
-	v := &dcap.Verifier{Collateral: collateral.NewCache(src, nil)}
+	a.collateral = collateral.NewCache(src, nil)
+	v := &dcap.Verifier{Collateral: a.collateral}
 	if a.cfg.SGXRootCA != "" {
 		root, err := readRootCA(a.cfg.SGXRootCA)
 		if err != nil {

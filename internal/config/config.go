@@ -113,6 +113,13 @@ type Config struct {
 	// ActivationEvents is how many Marble activation events (the latest)
 	// are kept in memory; 0 keeps none.
 	ActivationEvents int
+	// MetricsMarbleUUIDLabel adds MarbleRun's uuid label to the activation
+	// counters (one series per Marble instance, without bound).
+	MetricsMarbleUUIDLabel bool
+	// ReadyInRecovery makes the readiness probes answer 200 in recovery
+	// mode (state 1), so that a load balancer keeps routing the recovery
+	// requests to the Coordinator.
+	ReadyInRecovery bool
 
 	// Attestation is AttestationSimulation, AttestationGramine or
 	// AttestationAuto. OE_SIMULATION=1 turns auto into simulation.
@@ -196,6 +203,12 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"most estimated CPU time (one core) that generating the secrets of one manifest set or update may take, e.g. 60s; 0 for no limit [QUARRY_MAX_SECRET_GENERATION]")
 	fs.StringVar(&actEvents, "activation-events", env("QUARRY_ACTIVATION_EVENTS", strconv.Itoa(DefaultActivationEvents)),
 		"how many Marble activation events (the latest) are kept in memory; each holds the Marble's quote, about 5 KiB outside simulation; 0 keeps none [QUARRY_ACTIVATION_EVENTS]")
+	uuidLabel := env("QUARRY_METRICS_MARBLE_UUID_LABEL", "0")
+	fs.Var((*switchFlag)(&uuidLabel), "metrics-marble-uuid-label",
+		"add MarbleRun's uuid label to coordinator_marble_activations_total and ..._success_total (--metrics-marble-uuid-label, or =1 / =0). Every Marble instance then makes new series without bound; off by default [QUARRY_METRICS_MARBLE_UUID_LABEL]")
+	readyInRecovery := env("QUARRY_READY_IN_RECOVERY", "0")
+	fs.Var((*switchFlag)(&readyInRecovery), "ready-in-recovery",
+		"answer the readiness probes (/readyz, /api/v2/readyz) with 200 in recovery mode too, so that a load balancer keeps sending the recovery requests (--ready-in-recovery, or =1 / =0); off: 503 in recovery mode [QUARRY_READY_IN_RECOVERY]")
 	fs.StringVar(&c.Attestation, "attestation", env("QUARRY_ATTESTATION", AttestationSimulation),
 		"how the Coordinator obtains its quotes: simulation (none: quote null), gramine (/dev/attestation), or auto (gramine when its attestation type is dcap, else simulation); OE_SIMULATION=1 means simulation [QUARRY_ATTESTATION]")
 	fs.StringVar(&c.GramineDir, "gramine-dir", env("QUARRY_GRAMINE_ATTESTATION_DIR", DefaultGramineDir),
@@ -260,6 +273,12 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		errs = append(errs, fmt.Errorf("activation-events [QUARRY_ACTIVATION_EVENTS]: %q is not a count between 0 (none kept) and %d", actEvents, maxActivationEvents))
 	} else {
 		c.ActivationEvents = n
+	}
+	if c.MetricsMarbleUUIDLabel, err = parseBool("metrics-marble-uuid-label", "QUARRY_METRICS_MARBLE_UUID_LABEL", uuidLabel); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ReadyInRecovery, err = parseBool("ready-in-recovery", "QUARRY_READY_IN_RECOVERY", readyInRecovery); err != nil {
+		errs = append(errs, err)
 	}
 	if c.OESimulation, err = parseBool("OE_SIMULATION", "OE_SIMULATION", oeSimulation); err != nil {
 		errs = append(errs, errors.New(`OE_SIMULATION: `+strconv.Quote(oeSimulation)+` is not 1 or 0`))

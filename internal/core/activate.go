@@ -72,7 +72,22 @@ const (
 	RefusedTTLS           ActivationRefusal = "ttls"
 	RefusedTemplates      ActivationRefusal = "templates"
 	RefusedStore          ActivationRefusal = "store"
+	// RefusedInternal is an activation that failed for a reason outside
+	// the Marble's request (an internal error, an abandoned deadline).
+	RefusedInternal ActivationRefusal = "internal"
 )
+
+// ActivationAttempt describes one finished activation attempt, for the
+// OnActivation hook (metrics).
+type ActivationAttempt struct {
+	// MarbleType and UUID are as the Marble sent them (unchecked: any
+	// string).
+	MarbleType, UUID string
+	// KnownType tells whether the current manifest defines MarbleType.
+	KnownType bool
+	// Refused is "" on success, else the reason.
+	Refused ActivationRefusal
+}
 
 // ActivationError is a refused activation: its message is the client's
 // (behaviour.md §11.3 wording); it unwraps to the class (ErrWrongState,
@@ -114,19 +129,28 @@ func (c *Core) Activate(ctx context.Context, req ActivationRequest) (*Activation
 	var ae *ActivationError
 	if errors.As(err, &ae) {
 		c.log.Warn("marble activation refused", "marbleType", logValue(req.MarbleType), "uuid", logValue(req.UUID), "reason", string(ae.Reason), "error", logValue(err.Error()))
-		if c.opts.OnActivation != nil {
-			c.opts.OnActivation(req.MarbleType, ae.Reason)
-		}
+		c.activationAttempted(req, ae.Reason)
 		return nil, err
 	}
 	if err != nil {
+		c.activationAttempted(req, RefusedInternal)
 		return nil, err
 	}
 	c.log.Info("marble activated", "marbleType", req.MarbleType, "uuid", logValue(req.UUID), "attested", !c.simulation)
-	if c.opts.OnActivation != nil {
-		c.opts.OnActivation(req.MarbleType, "")
-	}
+	c.activationAttempted(req, "")
 	return act, nil
+}
+
+// activationAttempted calls the OnActivation hook, if any.
+func (c *Core) activationAttempted(req ActivationRequest, refused ActivationRefusal) {
+	if c.opts.OnActivation == nil {
+		return
+	}
+	known := false
+	if m := c.snap.Load().manifest; m != nil {
+		_, known = m.Marbles[req.MarbleType]
+	}
+	c.opts.OnActivation(ActivationAttempt{MarbleType: req.MarbleType, UUID: req.UUID, KnownType: known, Refused: refused})
 }
 
 func (c *Core) activate(ctx context.Context, req ActivationRequest) (*Activation, error) {

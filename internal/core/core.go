@@ -62,9 +62,12 @@ type Options struct {
 	// ActivationEvents is how many activation events are kept in memory
 	// (0: DefaultActivationEvents; negative: none).
 	ActivationEvents int
-	// OnActivation, if set, is called after every activation attempt with
-	// the Marble type and "" on success or the refusal reason (metrics).
-	OnActivation func(marbleType string, refused ActivationRefusal)
+	// OnActivation, if set, is called after every activation attempt
+	// (metrics). It must be quick and must not call the Core.
+	OnActivation func(ActivationAttempt)
+	// OnCommit, if set, is called after every attempt to store a changed
+	// state (metrics). It must be quick and must not call the Core.
+	OnCommit func(CommitResult)
 	// Rand and Now default to crypto/rand and time.Now.
 	Rand io.Reader
 	Now  func() time.Time
@@ -97,6 +100,9 @@ type Core struct {
 	simulation bool
 	simOnce    sync.Once
 	events     eventLog
+	// sealedSize is the size of the sealed blob the store is known to
+	// hold (0: none).
+	sealedSize atomic.Int64
 
 	snap atomic.Pointer[snapshot]
 }
@@ -209,6 +215,9 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 // load reads the sealed state and decides the start state.
 func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	blob, err := c.vault.loadBlob(ctx)
+	if err == nil {
+		c.sealedSize.Store(int64(len(blob)))
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		if err := c.vault.setStrayKeyAside(ctx, c.asideSuffix("orphaned")); err != nil {
 			return nil, err
@@ -346,7 +355,17 @@ func (c *Core) issueQuote(ctx context.Context, a *ca.Authority, nonce []byte) ([
 // error for which stored is true, the new state is the stored one and dek
 // and header are the current ones: the caller must publish the new state
 // then (and report the error, if any). Callers hold mu.
-func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, dek []byte, mode string) error {
+func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, dek []byte, mode string) (err error) {
+	start := time.Now()
+	size := 0
+	defer func() {
+		if stored(err) && size > 0 {
+			c.sealedSize.Store(int64(size))
+		}
+		if c.opts.OnCommit != nil {
+			c.opts.OnCommit(CommitResult{Duration: time.Since(start), SealedBytes: size, Err: err})
+		}
+	}()
 	plaintext, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
@@ -359,6 +378,7 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 	if err != nil {
 		return fmt.Errorf("sealing state: %w", err)
 	}
+	size = len(blob)
 	err = c.vault.commit(ctx, blob, dek, mode)
 	if stored(err) {
 		c.dek, c.header = dek, header

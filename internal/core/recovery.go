@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/marblerun"
@@ -29,6 +30,9 @@ type recoveryRound struct {
 	// with MarbleRun's share hashes (migrate_recover.go).
 	shares    *marblerun.Collector
 	marbleRun *marblerun.SealedData
+	// progress is the collector and its threshold, readable without the
+	// Core's lock (metrics).
+	progress atomic.Pointer[roundProgress]
 
 	ephMu sync.Mutex
 	eph   *rsa.PrivateKey
@@ -56,6 +60,13 @@ func (r *recoveryRound) start(blob []byte, ttl time.Duration, now func() time.Ti
 		return
 	}
 	r.collector = recovery.NewCollector(hdr.Recovery, ttl, now)
+	r.progress.Store(&roundProgress{collector: r.collector, need: hdr.Recovery.Threshold})
+}
+
+// roundProgress is what RecoverySharesAccepted reads.
+type roundProgress struct {
+	collector *recovery.Collector
+	need      int
 }
 
 // stop ends recovery: shares and the ephemeral key are dropped.
@@ -67,6 +78,7 @@ func (r *recoveryRound) stop() {
 		r.shares.Reset()
 	}
 	r.collector, r.cannot, r.shares, r.marbleRun = nil, nil, nil, nil
+	r.progress.Store(nil)
 	r.ephMu.Lock()
 	r.eph = nil
 	r.ephMu.Unlock()

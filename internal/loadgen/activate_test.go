@@ -37,13 +37,13 @@ func startMarbleAPI(t *testing.T, perMarble bool) *marbleAPI {
 	m := &marbleAPI{succeeded: map[string]int{}, refused: map[core.ActivationRefusal]int{}}
 	c, err := core.New(context.Background(), core.Options{
 		Data: memstore.New(), Key: memstore.New(), KeySealer: seal.SimulationKeySealer{},
-		OnActivation: func(marbleType string, refused core.ActivationRefusal) {
+		OnActivation: func(a core.ActivationAttempt) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			if refused == "" {
-				m.succeeded[marbleType]++
+			if a.Refused == "" {
+				m.succeeded[a.MarbleType]++
 			} else {
-				m.refused[refused]++
+				m.refused[a.Refused]++
 			}
 		},
 	})

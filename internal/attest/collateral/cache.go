@@ -61,3 +61,18 @@ func (c *Cache) Get(ctx context.Context, fmspc [6]byte, ca CA) (*Collateral, err
 	}
 	return col, nil
 }
+
+// NextUpdate returns the earliest nextUpdate of the collateral held (TCB
+// info, QE identity, CRLs; see Collateral.Validity), which may be past when
+// that collateral has not been asked for since; false when nothing is held.
+func (c *Cache) NextUpdate() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var first time.Time
+	for _, e := range c.entries {
+		if first.IsZero() || e.until.Before(first) {
+			first = e.until
+		}
+	}
+	return first, !first.IsZero()
+}

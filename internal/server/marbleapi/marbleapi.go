@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -111,6 +112,9 @@ type Options struct {
 	RequestTimeout time.Duration
 	// Logger receives panics and internal failures (never secrets).
 	Logger *slog.Logger
+	// Interceptors run around every call, outermost first, outside the
+	// panic recovery (metrics: a recovered panic counts as Internal).
+	Interceptors []grpc.UnaryServerInterceptor
 }
 
 // Server is the Marble API server.
@@ -153,7 +157,7 @@ func New(c Coordinator, cert func() *tls.Certificate, opts Options) *Server {
 			MinTime:             minPingInterval,
 			PermitWithoutStream: false,
 		}),
-		grpc.ChainUnaryInterceptor(s.recoverPanics),
+		grpc.ChainUnaryInterceptor(append(slices.Clone(opts.Interceptors), s.recoverPanics)...),
 	)
 	marblepb.RegisterMarbleServer(s.grpc, &service{s: s})
 	return s
@@ -173,6 +177,10 @@ func TLSConfig(cert func() *tls.Certificate) *tls.Config {
 		},
 	}
 }
+
+// GetServiceInfo describes the served methods (for metrics that create
+// their series up front).
+func (s *Server) GetServiceInfo() map[string]grpc.ServiceInfo { return s.grpc.GetServiceInfo() }
 
 // Serve accepts Marble connections on ln, at most MaxConnections at once,
 // until Shutdown; it returns nil after Shutdown.

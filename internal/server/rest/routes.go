@@ -69,6 +69,11 @@ type Options struct {
 	// request of the largest size.
 	BodyMemory int64
 	Logger     *slog.Logger
+	// Metrics, if set, records every request by route (metrics.go).
+	Metrics RequestMetrics
+	// Readiness answers GET /api/v2/readyz (nil: ready whatever the
+	// state).
+	Readiness Readiness
 }
 
 // Body limits of requests that are not manifests.
@@ -124,6 +129,8 @@ func (s *server) routes() []route {
 		{method: http.MethodPost, path: v2.PathUpdateCancel, handle: s.postCancel},
 		{method: http.MethodPost, path: v2.PathSignQuote, handle: s.postSignQuote},
 		{method: http.MethodPost, path: v2.PathMonotonicCounter, handle: s.postMonotonicCounter},
+		{method: http.MethodGet, path: PathHealthz, handle: s.getHealthz},
+		{method: http.MethodGet, path: PathReadyz, handle: s.getReadyz},
 	}
 }
 
@@ -187,7 +194,15 @@ func newServer(c Coordinator, opts Options) (http.Handler, *server) {
 	refuse := func(w http.ResponseWriter, r *http.Request, err error) {
 		renderer{log: s.log, v1: isV1(r), methods: methods}.write(w, r, nil, err)
 	}
-	return withRequestLog(s.log, onPanic)(withRequestChecks(refuse)(withBodies(s.budget, maxBody)(mux))), s
+	h := withRequestLog(s.log, onPanic)(withRequestChecks(refuse)(withBodies(s.budget, maxBody)(mux)))
+	if opts.Metrics != nil {
+		known := make(map[string]bool, len(methods))
+		for p := range methods {
+			known[p] = true
+		}
+		h = withRequestMetrics(opts.Metrics, known)(h)
+	}
+	return h, s
 }
 
 // isV1 tells whether a request outside the route table is answered in the

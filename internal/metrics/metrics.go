@@ -1,0 +1,239 @@
+// Package metrics provides the Coordinator's Prometheus metrics (MarbleRun's
+// names and labels, behaviour.md §13, plus Quarry's own), the readiness
+// probe, and the plain-HTTP handler of the metrics listener (/metrics,
+// /events, /healthz, /readyz). Every App has its own registry: nothing is
+// registered globally.
+package metrics
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/quarry-cc/quarry/internal/core"
+)
+
+// UnknownMarbleType is the type label of activation attempts whose Marble
+// type the manifest does not define (or that arrive before there is a
+// manifest): a client may send any string, and every distinct label value
+// would be a new series.
+const UnknownMarbleType = "<unknown>"
+
+// InvalidUUID is the uuid label (with Options.MarbleUUIDLabel) of an
+// activation attempt whose UUID does not parse.
+const InvalidUUID = "invalid"
+
+// Coordinator is what the collectors read from the Coordinator at scrape
+// time.
+type Coordinator interface {
+	Status() core.State
+	PendingUpdate(ctx context.Context) (core.PendingUpdate, error)
+	RecoverySharesAccepted() (accepted, needed int)
+	SealedStateSize() int64
+}
+
+// Options configure the metrics.
+type Options struct {
+	// Version and Commit label coordinator_version_info.
+	Version, Commit string
+	// MarbleUUIDLabel adds MarbleRun's uuid label to the activation
+	// counters. Every Marble instance then makes new series, without
+	// bound: off by default.
+	MarbleUUIDLabel bool
+	// CollateralNextUpdate returns the earliest nextUpdate of the cached
+	// attestation collateral (false: none cached); nil when quote
+	// verification has no collateral source.
+	CollateralNextUpdate func() (time.Time, bool)
+	// SkipProcessCollectors leaves out the Go and process collectors
+	// (tests that compare whole outputs).
+	SkipProcessCollectors bool
+}
+
+// Metrics are the Coordinator's metrics in their own registry.
+type Metrics struct {
+	reg  *prometheus.Registry
+	opts Options
+
+	activations        *prometheus.CounterVec
+	activationsSuccess *prometheus.CounterVec
+	activationFailures *prometheus.CounterVec
+	commits            *prometheus.CounterVec
+	commitDuration     prometheus.Histogram
+	grpc               *grpcprom.ServerMetrics
+	requests           *RequestMetrics
+}
+
+// New creates the metrics of c in a new registry.
+func New(c Coordinator, opts Options) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{reg: reg, opts: opts}
+	activationLabels := []string{"type"}
+	if opts.MarbleUUIDLabel {
+		activationLabels = append(activationLabels, "uuid")
+	}
+	m.activations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "coordinator", Name: "marble_activations_total",
+		Help: "Number of Marble activation attempts, successful or not, by Marble type (" + UnknownMarbleType + ": a type the manifest does not define).",
+	}, activationLabels)
+	m.activationsSuccess = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "coordinator", Name: "marble_activations_success_total",
+		Help: "Number of successful Marble activations by Marble type.",
+	}, activationLabels)
+	m.activationFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "quarry", Name: "activation_failures_total",
+		Help: "Number of refused or failed Marble activations by Marble type and reason.",
+	}, []string{"type", "reason"})
+	m.commits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "quarry", Name: "state_commits_total",
+		Help: "Number of attempts to seal and store a changed state, by result (success, failure).",
+	}, []string{"result"})
+	for _, r := range []string{"success", "failure"} {
+		m.commits.WithLabelValues(r)
+	}
+	m.commitDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "quarry", Name: "state_commit_duration_seconds",
+		Help:    "Time to encode, seal and durably store a changed state.",
+		Buckets: prometheus.DefBuckets,
+	})
+	m.grpc = grpcprom.NewServerMetrics()
+	m.requests = newRequestMetrics()
+
+	ctx := context.Background()
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "coordinator", Name: "state",
+			Help: "State of the Coordinator: 1 recovery mode, 2 waiting for a manifest, 3 accepting Marbles.",
+		}, func() float64 { return float64(c.Status()) }),
+		prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "coordinator", Name: "version_info",
+			Help:        "Version of the Coordinator (the value is always 0).",
+			ConstLabels: prometheus.Labels{"version": opts.Version, "commit": opts.Commit},
+		}),
+		m.activations, m.activationsSuccess, m.activationFailures,
+		m.commits, m.commitDuration,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "quarry", Name: "sealed_state_bytes",
+			Help: "Size of the sealed state in the store (0: none stored).",
+		}, func() float64 { return float64(c.SealedStateSize()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "quarry", Name: "update_pending",
+			Help: "1 while a multi-party manifest update waits for acknowledgements, else 0.",
+		}, func() float64 {
+			if _, err := c.PendingUpdate(ctx); err != nil {
+				return 0
+			}
+			return 1
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "quarry", Name: "update_missing_acknowledgements",
+			Help: "Acknowledgements the pending manifest update still needs (0: none pending).",
+		}, func() float64 {
+			p, err := c.PendingUpdate(ctx)
+			if err != nil {
+				return 0
+			}
+			return float64(p.MissingAcknowledgments)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "quarry", Name: "recovery_shares_accepted",
+			Help: "Recovery secrets accepted in the current recovery round (recovery mode; 0 otherwise).",
+		}, func() float64 {
+			n, _ := c.RecoverySharesAccepted()
+			return float64(n)
+		}),
+		&collateralCollector{next: opts.CollateralNextUpdate},
+		m.grpc,
+		m.requests,
+	)
+	if !opts.SkipProcessCollectors {
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	return m
+}
+
+// Registry returns the registry (for the /metrics handler and tests).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// OnActivation counts one activation attempt (core.Options.OnActivation).
+func (m *Metrics) OnActivation(a core.ActivationAttempt) {
+	typ := UnknownMarbleType
+	if a.KnownType {
+		typ = a.MarbleType
+	}
+	labels := []string{typ}
+	if m.opts.MarbleUUIDLabel {
+		id := InvalidUUID
+		if u, err := uuid.Parse(a.UUID); err == nil {
+			id = u.String()
+		}
+		labels = append(labels, id)
+	}
+	m.activations.WithLabelValues(labels...).Inc()
+	if a.Refused == "" {
+		m.activationsSuccess.WithLabelValues(labels...).Inc()
+		return
+	}
+	m.activationFailures.WithLabelValues(typ, string(a.Refused)).Inc()
+}
+
+// OnCommit counts one attempt to store a changed state (core.Options.OnCommit).
+func (m *Metrics) OnCommit(r core.CommitResult) {
+	result := "success"
+	if r.Err != nil {
+		result = "failure"
+	}
+	m.commits.WithLabelValues(result).Inc()
+	m.commitDuration.Observe(r.Duration.Seconds())
+}
+
+// GRPCInterceptor returns the Marble API's unary interceptor that records
+// the grpc_server_* metrics.
+func (m *Metrics) GRPCInterceptor() grpc.UnaryServerInterceptor {
+	return m.grpc.UnaryServerInterceptor()
+}
+
+// InitializeGRPC creates the grpc_server_* series of every method of srv at
+// zero, so that they exist before the first call.
+func (m *Metrics) InitializeGRPC(srv reflection.ServiceInfoProvider) { m.grpc.InitializeMetrics(srv) }
+
+// Requests returns the recorder of the Client API's requests
+// (rest.Options.Metrics).
+func (m *Metrics) Requests() *RequestMetrics { return m.requests }
+
+// collateralCollector exports the earliest nextUpdate of the cached
+// collateral, only while some is cached.
+type collateralCollector struct {
+	next func() (time.Time, bool)
+}
+
+var collateralDesc = prometheus.NewDesc("quarry_collateral_next_update_timestamp_seconds",
+	"Earliest nextUpdate (Unix seconds) of the cached attestation collateral (TCB info, QE identity, CRLs); absent while none is cached. Quote verification fails once it has passed and fresh collateral cannot be fetched.",
+	nil, nil)
+
+func (c *collateralCollector) Describe(ch chan<- *prometheus.Desc) { ch <- collateralDesc }
+
+func (c *collateralCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.next == nil {
+		return
+	}
+	t, ok := c.next()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(collateralDesc, prometheus.GaugeValue, float64(t.UnixNano())/1e9)
+}
+
+// codeLabel is the code label of a status code.
+func codeLabel(code int) string {
+	if code < 100 || code > 999 {
+		return "0"
+	}
+	return strconv.Itoa(code)
+}
