@@ -129,7 +129,7 @@ func (c *Core) Activate(ctx context.Context, req ActivationRequest) (*Activation
 	return act, nil
 }
 
-func (c *Core) activate(ctx context.Context, req ActivationRequest) (*Activation, error) {
+func (c *Core) activateOnce(ctx context.Context, req ActivationRequest) (*Activation, error) {
 	s := c.snap.Load()
 	if s.state != StateAcceptingMarbles {
 		return nil, refuse(RefusedState, ErrWrongState, nil, "cannot accept marbles in current state")

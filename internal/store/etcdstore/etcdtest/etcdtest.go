@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // MaxRequestBytes is the request limit the test servers accept (above the
@@ -88,7 +89,7 @@ func (c *Cluster) start(i int) error {
 	cfg := embed.NewConfig()
 	cfg.Name = m.name
 	cfg.Dir = m.dir
-	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.ListenClientUrls = []url.URL{m.clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{m.clientURL}
 	cfg.ListenPeerUrls = []url.URL{m.peerURL}
