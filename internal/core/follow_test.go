@@ -354,7 +354,9 @@ type beforeSwap struct {
 	swaps int
 }
 
-func (b *beforeSwap) Load(ctx context.Context) ([]byte, store.Revision, error) { return b.Store.Load(ctx) }
+func (b *beforeSwap) Load(ctx context.Context) ([]byte, store.Revision, error) {
+	return b.Store.Load(ctx)
+}
 
 func (b *beforeSwap) SavePair(ctx context.Context, blob []byte, prev store.Revision, other store.Store, otherBlob []byte, otherPrev store.Revision) (store.Revision, error) {
 	b.swaps++
