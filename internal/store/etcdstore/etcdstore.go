@@ -42,7 +42,7 @@ type Options struct {
 	// etcd servers' certificates, and the client certificate and key
 	// (optional; both or neither).
 	CAFile, CertFile, KeyFile string
-	// DialTimeout bounds one attempt to reach etcd (default 5 s).
+	// DialTimeout bounds one attempt to reach etcd (default 2 s).
 	DialTimeout time.Duration
 	// ConnectAttempts is how many times Connect tries to reach etcd
 	// before it gives up (default 8), waiting Backoff (default 250 ms)
@@ -60,8 +60,10 @@ var ErrUnreachable = errors.New("etcd is unreachable")
 
 // Client is a connection to etcd under one prefix; its Stores share it.
 type Client struct {
-	cli    *clientv3.Client
-	prefix string
+	cli       *clientv3.Client
+	prefix    string
+	stopLease context.CancelFunc // set by Join
+	lease     clientv3.LeaseID
 }
 
 // Connect opens a client and checks that etcd answers, retrying with
@@ -72,7 +74,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		return nil, errors.New("etcdstore: no endpoints")
 	}
 	if opts.DialTimeout == 0 {
-		opts.DialTimeout = 5 * time.Second
+		opts.DialTimeout = 2 * time.Second
 	}
 	if opts.ConnectAttempts == 0 {
 		opts.ConnectAttempts = 8
@@ -153,8 +155,16 @@ func tlsConfig(opts Options) (*tls.Config, error) {
 	return conf, nil
 }
 
-// Close closes the connection.
-func (c *Client) Close() error { return c.cli.Close() }
+// Close closes the connection (and ends a Join's membership at once).
+func (c *Client) Close() error {
+	if c.stopLease != nil {
+		c.stopLease()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		c.cli.Revoke(ctx, c.lease) // best effort: else the lease expires
+		cancel()
+	}
+	return c.cli.Close()
+}
 
 // Prefix returns the key prefix.
 func (c *Client) Prefix() string { return c.prefix }
@@ -329,4 +339,43 @@ func (s *Store) freeName(ctx context.Context, suffix string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s and %d numbered variants all exist", base, maxAside)
+}
+
+// Join registers this instance under <prefix>members/ with value and a
+// lease of ttl, kept alive until Close (a killed instance's entry goes
+// when the lease expires), and returns the values of the other live
+// members. Instances compare them to refuse running beside a different
+// binary or sealer.
+func (c *Client) Join(ctx context.Context, value []byte, ttl time.Duration) ([][]byte, error) {
+	lease, err := c.cli.Grant(ctx, int64(max(ttl/time.Second, 1)))
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: member lease: %w", err)
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	ch, err := c.cli.KeepAlive(kctx, lease.ID)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("etcdstore: member lease: %w", err)
+	}
+	go func() {
+		for range ch { // drain the keep-alive answers
+		}
+	}()
+	c.stopLease, c.lease = cancel, lease.ID
+	dir := c.prefix + "members/"
+	me := dir + strconv.FormatInt(int64(lease.ID), 16)
+	if _, err := c.cli.Put(ctx, me, string(value), clientv3.WithLease(lease.ID)); err != nil {
+		return nil, fmt.Errorf("etcdstore: registering member: %w", err)
+	}
+	resp, err := c.cli.Get(ctx, dir, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: listing members: %w", err)
+	}
+	var others [][]byte
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) != me {
+			others = append(others, append([]byte{}, kv.Value...))
+		}
+	}
+	return others, nil
 }
