@@ -81,6 +81,15 @@ var envPolicy = map[string]envRule{
 	"OE_SIMULATION":        {kind: absent},
 	"EDG_CWD":              {kind: absent},
 	"EDG_STARTUP_MANIFEST": {kind: absent},
+	// The etcd store: not in the enclave until instances on several
+	// machines can share the data key (docs/ha.md); the file store is used.
+	"QUARRY_STORE":               {kind: absent},
+	"QUARRY_ETCD_ENDPOINTS":      {kind: absent},
+	"QUARRY_ETCD_PREFIX":         {kind: absent},
+	"QUARRY_ETCD_CA":             {kind: absent},
+	"QUARRY_ETCD_CERT":           {kind: absent},
+	"QUARRY_ETCD_KEY":            {kind: absent},
+	"QUARRY_INSECURE_PEER_TRUST": {kind: absent},
 }
 
 // envValue is one loader.env entry: "value", { value = "value" } or

@@ -25,7 +25,8 @@ import (
 	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/server/marbleapi"
 	"github.com/quarry-cc/quarry/internal/server/rest"
-	"github.com/quarry-cc/quarry/internal/store/filestore"
+	"github.com/quarry-cc/quarry/internal/store"
+	"github.com/quarry-cc/quarry/internal/store/etcdstore"
 )
 
 // File names in the seal directory (behaviour.md §10).
@@ -57,6 +58,7 @@ type App struct {
 	log    *slog.Logger
 	core   *core.Core
 	unlock func() error
+	etcd   *etcdstore.Client // with store etcd (store.go)
 
 	// Metrics and health (metrics.go).
 	hooks      metricsHooks
@@ -68,16 +70,13 @@ type App struct {
 // New builds the Coordinator: it takes the seal directory (exclusively),
 // loads the sealed state and applies the startup manifest if one is set.
 func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error) {
-	if err := os.MkdirAll(cfg.SealDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating seal directory: %w", err)
-	}
-	tightenSealDir(cfg.SealDir, log)
-	unlock, err := filestore.LockDir(cfg.SealDir)
+	a := &App{cfg: cfg, log: log}
+	data, key, unlock, err := a.openStores(ctx) // store.go
 	if err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: log, unlock: unlock}
-	if err := a.init(ctx); err != nil {
+	a.unlock = unlock
+	if err := a.init(ctx, data, key); err != nil {
 		unlock()
 		return nil, err
 	}
@@ -108,15 +107,7 @@ func tightenSealDir(dir string, log *slog.Logger) {
 		"dir", dir, "oldMode", fmt.Sprintf("%04o", old), "newMode", "0700")
 }
 
-func (a *App) init(ctx context.Context) error {
-	data, err := filestore.New(a.cfg.SealDir, SealedDataFile)
-	if err != nil {
-		return err
-	}
-	key, err := filestore.New(a.cfg.SealDir, SealedKeyFile)
-	if err != nil {
-		return err
-	}
+func (a *App) init(ctx context.Context, data, key store.Store) error {
 	dns, ips := a.cfg.SplitNames()
 	issuer, err := a.issuer()
 	if err != nil {
@@ -128,6 +119,9 @@ func (a *App) init(ctx context.Context) error {
 	}
 	sealer, err := a.keySealer(issuer)
 	if err != nil {
+		return err
+	}
+	if err := a.joinShared(ctx, sealer); err != nil {
 		return err
 	}
 	a.core, err = core.New(ctx, core.Options{
@@ -183,7 +177,10 @@ func (a *App) applyStartupManifest(ctx context.Context) error {
 	fp := hex.EncodeToString(sum[:])
 	switch a.core.Status() {
 	case core.StateAcceptingManifest:
-		if _, err := a.core.SetManifest(ctx, raw); err != nil {
+		if _, err := a.core.SetManifest(ctx, raw); a.startupManifestRace(err) {
+			a.log.Info("another instance set a manifest first; the startup manifest is not applied", "file", a.cfg.StartupManifest)
+			return nil
+		} else if err != nil {
 			return fmt.Errorf("setting startup manifest %s: %w", a.cfg.StartupManifest, err)
 		}
 		a.log.Info("startup manifest set", "file", a.cfg.StartupManifest, "manifestFingerprint", fp)
@@ -223,6 +220,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	ln = rest.GuardPlainHTTP(ln) // plain HTTP gets a JSend 400, not net/http's text
 	bodyMem, bodyMemSource := bodyMemory(readSystemFile)
+	go a.core.Follow(ctx) // with a shared store: follow the other instances
 	handler := rest.New(a.core, rest.Options{
 		MaxManifestBytes: a.cfg.MaxManifestBytes,
 		EnableV1Recover:  a.cfg.EnableV1Recover,
@@ -233,7 +231,7 @@ func (a *App) Run(ctx context.Context) error {
 		Readiness:        a.probe,
 	})
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           a.syncing(handler), // store.go
 		TLSConfig:         rest.TLSConfig(a.core.TLSCertificate),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,

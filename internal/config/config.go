@@ -140,6 +140,9 @@ type Config struct {
 	// SGX Root CA in quote verification (tests, private PKIs). Empty means
 	// the pinned Intel root.
 	SGXRootCA string
+
+	// Store says where the sealed state is kept (store.go).
+	Store StoreConfig
 }
 
 // Load reads the configuration: defaults, then the environment (through
@@ -219,6 +222,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"DCAP collateral for quote verification (sign-quote, Marble activation) from a PCCS or Intel PCS, e.g. https://pccs.example:8081/sgx/certification/v4/; empty: none [QUARRY_PCCS_URL]")
 	fs.StringVar(&c.SGXRootCA, "sgx-root-ca", env("QUARRY_SGX_ROOT_CA", ""),
 		"PEM file with a root CA that replaces the pinned Intel SGX Root CA in quote verification (tests, private PKIs) [QUARRY_SGX_ROOT_CA]")
+	storeSettings := registerStore(fs, env)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: coordinator [flags]\n\n"+
 			"Runs the Quarry Coordinator. Every flag can also be set by the environment\n"+
@@ -290,6 +294,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	for _, n := range strings.Split(dnsNames, ",") {
 		c.DNSNames = append(c.DNSNames, strings.TrimSpace(n))
 	}
+	errs = append(errs, storeSettings.apply(&c)...)
 	if err := c.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -35,6 +35,8 @@ func TestDefaults(t *testing.T) {
 		MaxSecrets:          10_000,
 		MaxSecretGeneration: 60 * time.Second,
 		ActivationEvents:    10_000,
+
+		Store: StoreConfig{Kind: "file", EtcdPrefix: "/quarry/"},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)

@@ -153,7 +153,7 @@ func (c *Core) activationAttempted(req ActivationRequest, refused ActivationRefu
 	c.opts.OnActivation(ActivationAttempt{MarbleType: req.MarbleType, UUID: req.UUID, KnownType: known, Refused: refused})
 }
 
-func (c *Core) activate(ctx context.Context, req ActivationRequest) (*Activation, error) {
+func (c *Core) activateOnce(ctx context.Context, req ActivationRequest) (*Activation, error) {
 	s := c.snap.Load()
 	if s.state != StateAcceptingMarbles {
 		return nil, refuse(RefusedState, ErrWrongState, nil, "cannot accept marbles in current state")

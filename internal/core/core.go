@@ -224,6 +224,9 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 		}
 		return c.fresh(eventStartFresh)
 	}
+	if errors.Is(err, errSharedRead) {
+		return nil, err // etcd unreachable: no reason for recovery mode
+	}
 	if err != nil {
 		return c.enterRecovery(nil, "the sealed state cannot be read", err)
 	}
@@ -437,10 +440,10 @@ func (c *Core) Manifest() (ManifestResult, error) {
 	return ManifestResult{Raw: s.persisted.Manifest, Fingerprint: s.fingerprint, Signature: s.persisted.ManifestSignature}, nil
 }
 
-// SetManifest validates and sets the first manifest (states 1 and 2), seals
+// setManifestOnce validates and sets the first manifest (states 1 and 2), seals
 // and stores the new state, and returns the encrypted recovery secrets. In
 // recovery mode the old sealed files are moved aside first.
-func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, error) {
+func (c *Core) setManifestOnce(ctx context.Context, raw []byte) (map[string][]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()

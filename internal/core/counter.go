@@ -56,12 +56,12 @@ func counterKey(id MarbleIdentity, name string) string {
 	return enc([]byte(id.MarbleType)) + ":" + enc(id.UUID[:]) + ":" + enc([]byte(name))
 }
 
-// SetMonotonicCounter raises the Marble's counter name to value if value is
+// setMonotonicCounterOnce raises the Marble's counter name to value if value is
 // larger and returns the previous value (0 for a new counter); a counter
 // never decreases. The change is sealed before it returns. It needs state
 // 3, the MonotonicCounter feature (else ErrForbidden) and a Marble
 // certificate (see AuthenticateMarble).
-func (c *Core) SetMonotonicCounter(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error) {
+func (c *Core) setMonotonicCounterOnce(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()

@@ -168,7 +168,7 @@ func (c *Core) RecoverUnsigned(ctx context.Context, secret []byte) (RecoverResul
 	return c.recover(ctx, secret, nil, false)
 }
 
-func (c *Core) recover(ctx context.Context, secret, signature []byte, signed bool) (RecoverResult, error) {
+func (c *Core) recoverOnce(ctx context.Context, secret, signature []byte, signed bool) (RecoverResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()

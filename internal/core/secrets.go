@@ -68,11 +68,11 @@ func (c *Core) Secrets(_ context.Context, peer []*x509.Certificate, names []stri
 	return out, nil
 }
 
-// SetSecrets stores user-defined secrets uploaded by a user holding
+// setSecretsOnce stores user-defined secrets uploaded by a user holding
 // WriteSecret on all of them. The request is all-or-nothing: every upload is
 // checked, the templates are dry-run with the new values, and the state is
 // sealed and stored with one update-log entry per secret before it returns.
-func (c *Core) SetSecrets(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error {
+func (c *Core) setSecretsOnce(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()

@@ -70,10 +70,10 @@ type PendingUpdate struct {
 	MissingAcknowledgments int
 }
 
-// Update applies a package update at once, or starts a full manifest update
+// updateOnce applies a package update at once, or starts a full manifest update
 // that needs the acknowledgements the current manifest's UpdateThreshold
 // asks for (applied at once when the initiator alone suffices).
-func (c *Core) Update(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
+func (c *Core) updateOnce(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()
@@ -207,10 +207,10 @@ func (c *Core) PendingUpdate(context.Context) (PendingUpdate, error) {
 	return PendingUpdate{Manifest: p.ManifestRaw, MissingUsers: p.missingUsers(), MissingAcknowledgments: p.missingAcknowledgments()}, nil
 }
 
-// AcknowledgeUpdate records a required user's acknowledgement of the pending
+// acknowledgeUpdateOnce records a required user's acknowledgement of the pending
 // update; raw must be byte-identical to the pending manifest. The last
 // required acknowledgement applies the update.
-func (c *Core) AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
+func (c *Core) acknowledgeUpdateOnce(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()
@@ -272,9 +272,9 @@ func (c *Core) cancelAfterFailedApply(ctx context.Context, s *snapshot, fp strin
 	c.log.Warn("manifest update cancelled because it could not be applied", "cause", cause.Error())
 }
 
-// CancelUpdate cancels the pending update; any user holding UpdateManifest
+// cancelUpdateOnce cancels the pending update; any user holding UpdateManifest
 // may do so.
-func (c *Core) CancelUpdate(ctx context.Context, peer []*x509.Certificate) error {
+func (c *Core) cancelUpdateOnce(ctx context.Context, peer []*x509.Certificate) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()

@@ -38,6 +38,11 @@ type vault struct {
 	unsure bool
 	// attempted is the binding of the blob of the last failed write.
 	attempted *[32]byte
+	// pairKey is the key file read together with the blob from a shared
+	// store (follow.go), at pairKeyRev; pairLoaded says it was.
+	pairKey    []byte
+	pairKeyRev store.Revision
+	pairLoaded bool
 }
 
 // storedBlob is a blob in the data store, the key that opens it and the
@@ -61,6 +66,9 @@ func stored(err error) bool { return err == nil || errors.Is(err, errUnconfirmed
 
 // loadBlob reads the sealed blob; store.ErrNotFound when there is none.
 func (v *vault) loadBlob(ctx context.Context) ([]byte, error) {
+	if s := v.shared(); s != nil {
+		return v.loadShared(ctx, s)
+	}
 	blob, rev, err := v.data.Load(ctx)
 	if err != nil {
 		return nil, err
@@ -80,7 +88,7 @@ type keyProblem struct {
 // keyFor reads the key file and unseals the data key bound to blob, or
 // says why it cannot.
 func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, *keyProblem) {
-	raw, rev, err := v.key.Load(ctx)
+	raw, rev, err := v.loadKey(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, &keyProblem{"the sealed data key is missing", err}
 	}
@@ -217,7 +225,7 @@ func moveAside(ctx context.Context, s store.Store, suffix string) (string, error
 // stores hold the old state again (or, when that fails as well, an error
 // wrapping errUnconfirmed says that the new state is stored).
 func (v *vault) commit(ctx context.Context, blob, dek []byte, mode string) error {
-	if v.unsure {
+	if v.unsure && v.shared() == nil {
 		if err := v.resolve(ctx); err != nil {
 			return err
 		}
@@ -239,6 +247,9 @@ func (v *vault) commit(ctx context.Context, blob, dek []byte, mode string) error
 	if err != nil {
 		return err
 	}
+	if s := v.shared(); s != nil {
+		return v.commitShared(ctx, s, blob, keyFile, dek, mode)
+	}
 	rev, err := v.key.Save(ctx, keyFile, v.keyRev)
 	if err != nil {
 		// Both the old and the new key file open the stored blob: only
@@ -254,6 +265,19 @@ func (v *vault) commit(ctx context.Context, blob, dek []byte, mode string) error
 	v.dataRev = rev
 	v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
 	return nil
+}
+
+// loadKey reads the key file: the one read with the blob from a shared
+// store, else from the key store.
+func (v *vault) loadKey(ctx context.Context) ([]byte, store.Revision, error) {
+	if v.pairLoaded {
+		v.pairLoaded = false
+		if v.pairKey == nil {
+			return nil, "", store.ErrNotFound
+		}
+		return v.pairKey, v.pairKeyRev, nil
+	}
+	return v.key.Load(ctx)
 }
 
 func (v *vault) reloadKeyRev(ctx context.Context) {

@@ -1,0 +1,180 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quarry-cc/quarry/api/jsend"
+	"github.com/quarry-cc/quarry/internal/config"
+	"github.com/quarry-cc/quarry/internal/core"
+	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/store"
+	"github.com/quarry-cc/quarry/internal/store/etcdstore"
+	"github.com/quarry-cc/quarry/internal/store/filestore"
+)
+
+// memberTTL is how long a killed instance stays registered in etcd.
+const memberTTL = 10 * time.Second
+
+// openStores opens where the sealed state is kept: the seal directory
+// (taken exclusively) or etcd. release gives it back.
+func (a *App) openStores(ctx context.Context) (data, key store.Store, release func() error, err error) {
+	if a.cfg.Store.Kind == config.StoreEtcd {
+		return a.openEtcd(ctx)
+	}
+	if err := os.MkdirAll(a.cfg.SealDir, 0o700); err != nil {
+		return nil, nil, nil, fmt.Errorf("creating seal directory: %w", err)
+	}
+	tightenSealDir(a.cfg.SealDir, a.log)
+	unlock, err := filestore.LockDir(a.cfg.SealDir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	d, err := filestore.New(a.cfg.SealDir, SealedDataFile)
+	if err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	k, err := filestore.New(a.cfg.SealDir, SealedKeyFile)
+	if err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	return d, k, unlock, nil
+}
+
+func (a *App) openEtcd(ctx context.Context) (store.Store, store.Store, func() error, error) {
+	s := a.cfg.Store
+	a.log.Info("connecting to etcd", "endpoints", strings.Join(s.EtcdEndpoints, ","), "prefix", s.EtcdPrefix)
+	cli, err := etcdstore.Connect(ctx, etcdstore.Options{
+		Endpoints: s.EtcdEndpoints, Prefix: s.EtcdPrefix,
+		CAFile: s.EtcdCA, CertFile: s.EtcdCert, KeyFile: s.EtcdKey,
+		OnRetry: func(attempt int, err error, wait time.Duration) {
+			a.log.Warn("etcd does not answer yet; retrying", "attempt", attempt, "retryIn", wait.String(), "error", err.Error())
+		},
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	data, err := cli.Store(SealedDataFile)
+	if err != nil {
+		cli.Close()
+		return nil, nil, nil, err
+	}
+	key, err := cli.Store(SealedKeyFile)
+	if err != nil {
+		cli.Close()
+		return nil, nil, nil, err
+	}
+	a.etcd = cli
+	return data, key, cli.Close, nil
+}
+
+// identity is what instances sharing one state must agree on.
+type identity struct {
+	Sealer      string `json:"sealer"`
+	Attestation string `json:"attestation"`
+	Binary      string `json:"binary"`
+}
+
+// joinShared checks, on a shared store, that the data key may be shared
+// the way it is sealed, and that the instances already running use the
+// same binary and sealer; otherwise the start is refused with the reason.
+func (a *App) joinShared(ctx context.Context, sealer seal.KeySealer) error {
+	if a.etcd == nil {
+		return nil
+	}
+	if _, sim := sealer.(seal.SimulationKeySealer); sim {
+		if !a.cfg.Store.InsecurePeerTrust {
+			return errors.New("store etcd without an enclave: the data key would lie unprotected in etcd, so that every instance can read it; set --insecure-peer-trust (QUARRY_INSECURE_PEER_TRUST=1) to allow this for tests, or run under Gramine (see docs/ha.md)")
+		}
+		a.log.Warn("INSECURE: --insecure-peer-trust: the instances share the data key through etcd, where it lies unprotected; anyone who can read etcd under the prefix has every secret; for tests only",
+			"prefix", a.cfg.Store.EtcdPrefix)
+	}
+	me := identity{Sealer: fmt.Sprintf("%T", sealer), Attestation: a.cfg.Attestation, Binary: binaryHash()}
+	raw, err := json.Marshal(me)
+	if err != nil {
+		return err
+	}
+	others, err := a.etcd.Join(ctx, raw, memberTTL)
+	if err != nil {
+		return err
+	}
+	for _, o := range others {
+		var other identity
+		if err := json.Unmarshal(o, &other); err != nil {
+			return fmt.Errorf("another instance on prefix %s registered an unreadable identity: %w", a.cfg.Store.EtcdPrefix, err)
+		}
+		if other != me {
+			return fmt.Errorf("refusing to share state with a different instance on prefix %s: it runs sealer %s, attestation %s, binary sha256 %s; this one runs sealer %s, attestation %s, binary sha256 %s (stop the others first, or use another prefix)",
+				a.cfg.Store.EtcdPrefix, other.Sealer, other.Attestation, other.Binary, me.Sealer, me.Attestation, me.Binary)
+		}
+	}
+	a.log.Info("joined the instances sharing the state in etcd", "prefix", a.cfg.Store.EtcdPrefix, "othersRunning", len(others))
+	return nil
+}
+
+// binaryHash is the SHA-256 of the running executable ("unknown" if it
+// cannot be read).
+func binaryHash() string {
+	path, err := os.Executable()
+	if err != nil {
+		return "unknown"
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "unknown"
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// syncing makes the Client API serve the newest shared state: before each
+// request the instance checks the stored revision (one linearizable etcd
+// read) and reloads on a change. When etcd cannot be reached the answer
+// is 503 with Retry-After, never a stale read.
+func (a *App) syncing(next http.Handler) http.Handler {
+	if !a.core.Shared() {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		err := a.core.Sync(ctx)
+		cancel()
+		if err != nil {
+			a.log.Warn("request refused: the shared state cannot be read", "error", err.Error())
+			msg := "the Coordinator cannot reach its state store (etcd); try again or another instance"
+			var body any = jsend.Response[any]{Status: jsend.StatusError, Message: msg}
+			if !strings.HasPrefix(r.URL.Path, "/api/v2/") {
+				body = jsend.V1Response[any]{Status: jsend.StatusError, Message: msg}
+			}
+			buf, _ := json.Marshal(body)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", strconv.Itoa(1))
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write(buf)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// startupManifestRace reports whether a startup manifest failed only
+// because another instance set one first.
+func (a *App) startupManifestRace(err error) bool {
+	return errors.Is(err, core.ErrWrongState) && a.core.Shared() && a.core.Status() == core.StateAcceptingMarbles
+}

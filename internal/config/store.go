@@ -1,0 +1,142 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+)
+
+// Store backends.
+const (
+	// StoreFile keeps the sealed state in the seal directory (one
+	// Coordinator instance).
+	StoreFile = "file"
+	// StoreEtcd keeps it in etcd, shared by several instances.
+	StoreEtcd = "etcd"
+	// DefaultEtcdPrefix is the default key prefix in etcd.
+	DefaultEtcdPrefix = "/quarry/"
+)
+
+// StoreConfig says where the sealed state is kept.
+type StoreConfig struct {
+	// Kind is StoreFile or StoreEtcd.
+	Kind string
+	// EtcdEndpoints are etcd's client URLs (StoreEtcd).
+	EtcdEndpoints []string
+	// EtcdPrefix is put before every key, so that several deployments
+	// share one etcd.
+	EtcdPrefix string
+	// EtcdCA, EtcdCert and EtcdKey are PEM files: the CA of etcd's server
+	// certificates and the client certificate and key (optional).
+	EtcdCA, EtcdCert, EtcdKey string
+	// InsecurePeerTrust lets instances without an enclave share the data
+	// key through etcd (where it then lies unprotected).
+	InsecurePeerTrust bool
+}
+
+// storeFlags are the store settings as given, before they are checked.
+type storeFlags struct {
+	kind, endpoints, prefix, ca, cert, key, peerTrust string
+	set                                               map[string]bool
+}
+
+// registerStore adds the store settings to fs.
+func registerStore(fs *flag.FlagSet, env func(name, def string) string) *storeFlags {
+	f := &storeFlags{}
+	fs.StringVar(&f.kind, "store", env("QUARRY_STORE", StoreFile),
+		"where the sealed state is kept: file (the seal directory, one instance) or etcd (shared by several instances) [QUARRY_STORE]")
+	fs.StringVar(&f.endpoints, "etcd-endpoints", env("QUARRY_ETCD_ENDPOINTS", ""),
+		"comma-separated etcd client URLs, e.g. https://etcd-0:2379,https://etcd-1:2379 (store etcd) [QUARRY_ETCD_ENDPOINTS]")
+	fs.StringVar(&f.prefix, "etcd-prefix", env("QUARRY_ETCD_PREFIX", DefaultEtcdPrefix),
+		"key prefix in etcd; instances with the same prefix share one state [QUARRY_ETCD_PREFIX]")
+	fs.StringVar(&f.ca, "etcd-ca", env("QUARRY_ETCD_CA", ""),
+		"PEM file with the CA of etcd's server certificates [QUARRY_ETCD_CA]")
+	fs.StringVar(&f.cert, "etcd-cert", env("QUARRY_ETCD_CERT", ""),
+		"PEM file with the client certificate for etcd (with --etcd-key) [QUARRY_ETCD_CERT]")
+	fs.StringVar(&f.key, "etcd-key", env("QUARRY_ETCD_KEY", ""),
+		"PEM file with the client certificate's key for etcd (with --etcd-cert) [QUARRY_ETCD_KEY]")
+	f.peerTrust = env("QUARRY_INSECURE_PEER_TRUST", "0")
+	fs.Var((*switchFlag)(&f.peerTrust), "insecure-peer-trust",
+		"with store etcd and no enclave (simulation), let the instances share the data key through etcd, where it then lies unprotected (--insecure-peer-trust, or =1 / =0); for tests only, a warning is logged at every start [QUARRY_INSECURE_PEER_TRUST]")
+	return f
+}
+
+// apply checks the store settings and sets c.Store.
+func (f *storeFlags) apply(c *Config) []error {
+	var errs []error
+	s := StoreConfig{
+		Kind:       strings.ToLower(strings.TrimSpace(f.kind)),
+		EtcdPrefix: f.prefix,
+		EtcdCA:     f.ca, EtcdCert: f.cert, EtcdKey: f.key,
+	}
+	for _, e := range strings.Split(f.endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			s.EtcdEndpoints = append(s.EtcdEndpoints, e)
+		}
+	}
+	var err error
+	if s.InsecurePeerTrust, err = parseBool("insecure-peer-trust", "QUARRY_INSECURE_PEER_TRUST", f.peerTrust); err != nil {
+		errs = append(errs, err)
+	}
+	c.Store = s
+	return append(errs, s.validate()...)
+}
+
+func (s StoreConfig) validate() []error {
+	var errs []error
+	switch s.Kind {
+	case StoreFile:
+		if len(s.EtcdEndpoints) > 0 || s.EtcdCA != "" || s.EtcdCert != "" || s.EtcdKey != "" {
+			errs = append(errs, errors.New("store [QUARRY_STORE]: etcd settings are given but the store is file; set --store etcd or remove them"))
+		}
+		return errs
+	case StoreEtcd:
+	default:
+		return append(errs, fmt.Errorf("store [QUARRY_STORE]: %q is not one of file, etcd", s.Kind))
+	}
+	if len(s.EtcdEndpoints) == 0 {
+		errs = append(errs, errors.New("etcd-endpoints [QUARRY_ETCD_ENDPOINTS]: store etcd needs at least one endpoint"))
+	}
+	for _, e := range s.EtcdEndpoints {
+		if err := validateEndpoint(e); err != nil {
+			errs = append(errs, fmt.Errorf("etcd-endpoints [QUARRY_ETCD_ENDPOINTS]: %w", err))
+		}
+	}
+	if s.EtcdPrefix == "" || strings.ContainsAny(s.EtcdPrefix, "\x00") || !strings.HasPrefix(s.EtcdPrefix, "/") {
+		errs = append(errs, fmt.Errorf("etcd-prefix [QUARRY_ETCD_PREFIX]: %q is not a key prefix starting with /, such as /quarry/", s.EtcdPrefix))
+	}
+	for _, f := range []struct{ flag, env, path string }{
+		{"etcd-ca", "QUARRY_ETCD_CA", s.EtcdCA},
+		{"etcd-cert", "QUARRY_ETCD_CERT", s.EtcdCert},
+		{"etcd-key", "QUARRY_ETCD_KEY", s.EtcdKey},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if info, err := os.Stat(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("%s [%s]: %w", f.flag, f.env, err))
+		} else if info.IsDir() {
+			errs = append(errs, fmt.Errorf("%s [%s]: %s is a directory, not a PEM file", f.flag, f.env, f.path))
+		}
+	}
+	if (s.EtcdCert == "") != (s.EtcdKey == "") {
+		errs = append(errs, errors.New("etcd-cert [QUARRY_ETCD_CERT] and etcd-key [QUARRY_ETCD_KEY] go together: give both or neither"))
+	}
+	return errs
+}
+
+func validateEndpoint(e string) error {
+	u, err := url.Parse(e)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("%q is not an etcd client URL such as https://etcd-0:2379", e)
+	}
+	if _, _, err := net.SplitHostPort(u.Host); err != nil {
+		return fmt.Errorf("%q: the URL needs a port, such as https://etcd-0:2379", e)
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+package config
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestStoreSettings(t *testing.T) {
+	dir := t.TempDir()
+	ca, cert, key := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
+	for _, f := range []string{ca, cert, key} {
+		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want StoreConfig
+	}{
+		{"default", nil, nil, StoreConfig{Kind: "file", EtcdPrefix: "/quarry/"}},
+		{"environment", map[string]string{
+			"QUARRY_STORE":               "etcd",
+			"QUARRY_ETCD_ENDPOINTS":      "http://127.0.0.1:2379, https://etcd-1:2379/",
+			"QUARRY_ETCD_PREFIX":         "/prod/",
+			"QUARRY_ETCD_CA":             ca,
+			"QUARRY_ETCD_CERT":           cert,
+			"QUARRY_ETCD_KEY":            key,
+			"QUARRY_INSECURE_PEER_TRUST": "1",
+		}, nil, StoreConfig{Kind: "etcd", EtcdEndpoints: []string{"http://127.0.0.1:2379", "https://etcd-1:2379/"},
+			EtcdPrefix: "/prod/", EtcdCA: ca, EtcdCert: cert, EtcdKey: key, InsecurePeerTrust: true}},
+		{"flags win", map[string]string{"QUARRY_STORE": "file", "QUARRY_ETCD_PREFIX": "/env/"},
+			[]string{"--store", "ETCD", "--etcd-endpoints", "http://a:1", "--etcd-prefix", "/flag/", "--insecure-peer-trust"},
+			StoreConfig{Kind: "etcd", EtcdEndpoints: []string{"http://a:1"}, EtcdPrefix: "/flag/", InsecurePeerTrust: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(envOf(tc.env), tc.args, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(c.Store, tc.want) {
+				t.Errorf("Store = %+v\nwant %+v", c.Store, tc.want)
+			}
+		})
+	}
+}
+
+func TestStoreInvalid(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.pem")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	etcd := []string{"--store", "etcd", "--etcd-endpoints", "http://127.0.0.1:2379"}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"unknown store", map[string]string{"QUARRY_STORE": "consul"}, nil, `store [QUARRY_STORE]: "consul" is not one of file, etcd`},
+		{"etcd without endpoints", nil, []string{"--store", "etcd"}, "etcd-endpoints [QUARRY_ETCD_ENDPOINTS]: store etcd needs"},
+		{"endpoint without scheme", nil, []string{"--store", "etcd", "--etcd-endpoints", "127.0.0.1:2379"}, "etcd-endpoints [QUARRY_ETCD_ENDPOINTS]"},
+		{"endpoint without port", map[string]string{"QUARRY_STORE": "etcd", "QUARRY_ETCD_ENDPOINTS": "http://etcd"}, nil, "needs a port"},
+		{"endpoint with path", nil, []string{"--store", "etcd", "--etcd-endpoints", "http://a:1/x"}, "etcd-endpoints"},
+		{"ftp endpoint", nil, []string{"--store", "etcd", "--etcd-endpoints", "http://a:1,ftp://b:2"}, `"ftp://b:2"`},
+		{"relative prefix", nil, append(etcd, "--etcd-prefix", "quarry/"), "etcd-prefix [QUARRY_ETCD_PREFIX]"},
+		{"empty prefix", map[string]string{"QUARRY_ETCD_PREFIX": ""}, append(etcd, "--etcd-prefix", ""), "etcd-prefix"},
+		{"missing ca", nil, append(etcd, "--etcd-ca", "/nonexistent/ca.pem"), "etcd-ca [QUARRY_ETCD_CA]"},
+		{"ca is a directory", map[string]string{"QUARRY_ETCD_CA": dir}, etcd, "etcd-ca [QUARRY_ETCD_CA]"},
+		{"cert without key", nil, append(etcd, "--etcd-cert", file), "etcd-cert [QUARRY_ETCD_CERT] and etcd-key [QUARRY_ETCD_KEY] go together"},
+		{"missing key", map[string]string{"QUARRY_ETCD_CERT": file, "QUARRY_ETCD_KEY": "/nonexistent/k.pem"}, etcd, "etcd-key [QUARRY_ETCD_KEY]"},
+		{"etcd settings with the file store", map[string]string{"QUARRY_ETCD_ENDPOINTS": "http://a:1"}, nil, "etcd settings are given but the store is file"},
+		{"bad peer trust switch", map[string]string{"QUARRY_INSECURE_PEER_TRUST": "yes"}, nil, "insecure-peer-trust [QUARRY_INSECURE_PEER_TRUST]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(envOf(tc.env), tc.args, &bytes.Buffer{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}

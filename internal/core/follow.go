@@ -1,0 +1,281 @@
+package core
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/secrets"
+	"github.com/quarry-cc/quarry/internal/store"
+)
+
+// Several Coordinator instances share one state when their stores are
+// shared (etcd): the data store then implements sharedStore, the sealed
+// state and the key file are written together in one compare-and-swap on
+// both revisions, and read together at one revision. An instance whose
+// swap loses reloads the newer state and runs the request again against it
+// (as if it had arrived after the other instance's), and every instance
+// follows the others' changes (Follow) and checks before a request that it
+// serves the newest state (Sync).
+
+// sharedStore is the capability of a store shared by several instances:
+// two blobs (the sealed state and the key file, in another store of the
+// same backend) written and read together.
+type sharedStore interface {
+	SavePair(ctx context.Context, blob []byte, prev store.Revision, other store.Store, otherBlob []byte, otherPrev store.Revision) (store.Revision, error)
+	LoadPair(ctx context.Context, other store.Store) ([]byte, store.Revision, []byte, store.Revision, error)
+	Revisions(ctx context.Context, other store.Store) (store.Revision, store.Revision, error)
+}
+
+// changeNotifier is the capability of a shared store to say when another
+// instance may have changed it.
+type changeNotifier interface {
+	Changes(ctx context.Context) <-chan struct{}
+}
+
+// maxConflictRetries bounds how often one request runs again after losing
+// a compare-and-swap to another instance.
+const maxConflictRetries = 16
+
+// readBackTimeout bounds how long a commit whose outcome is unknown waits
+// for the store to tell whether it landed.
+const readBackTimeout = 15 * time.Second
+
+// Shared reports whether the state is shared with other instances.
+func (c *Core) Shared() bool { return c.vault.shared() != nil }
+
+func (v *vault) shared() sharedStore {
+	s, _ := v.data.(sharedStore)
+	return s
+}
+
+// loadShared reads the sealed state and the key file at one revision; the
+// key file is kept for keyFor.
+func (v *vault) loadShared(ctx context.Context, s sharedStore) ([]byte, error) {
+	blob, rev, key, krev, err := s.LoadPair(ctx, v.key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errSharedRead, err)
+	}
+	v.pairKey, v.pairKeyRev, v.pairLoaded = key, krev, true
+	v.keyRev = krev
+	if blob == nil {
+		v.dataRev, v.disk = "", nil
+		return nil, store.ErrNotFound
+	}
+	v.dataRev = rev
+	v.disk = &storedBlob{blob: blob, binding: seal.Binding(blob)}
+	return blob, nil
+}
+
+// errSharedRead: the shared store cannot be read (etcd unreachable). That
+// is no reason for recovery mode: the start fails, a follower keeps its
+// state.
+var errSharedRead = errors.New("the shared store cannot be read")
+
+// commitShared writes the key file and blob in one compare-and-swap on
+// both revisions. A lost swap is store.ErrConflict and changes nothing.
+// When the store fails otherwise, the outcome is read back (by the blob's
+// binding): landed → nil, as if nothing had failed; not landed → an
+// error, nothing changed; unknown → an error, and the next request reloads
+// whatever is stored (a repeated swap on the old revisions conflicts when
+// the write landed, so nothing is applied twice).
+func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, dek []byte, mode string) error {
+	binding := seal.Binding(blob)
+	rev, err := s.SavePair(ctx, blob, v.dataRev, v.key, keyFile, v.keyRev)
+	if err == nil {
+		v.dataRev, v.keyRev = rev, rev
+		v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
+		return nil
+	}
+	if errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("storing sealed state: %w", err)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+	defer cancel()
+	for {
+		got, grev, _, krev, rerr := s.LoadPair(rctx, v.key)
+		if rerr == nil {
+			if got != nil && seal.Binding(got) == binding {
+				v.dataRev, v.keyRev = grev, krev
+				v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
+				v.log.Warn("the store reported an error, but reading back shows the change was stored", "error", err.Error())
+				return nil
+			}
+			if grev == v.dataRev && krev == v.keyRev {
+				return fmt.Errorf("storing sealed state: %w (nothing was changed)", err)
+			}
+			// Someone else's state: it did not land; the next request
+			// follows the newer state.
+			v.unsure = true
+			return fmt.Errorf("storing sealed state: %w (nothing was changed; another instance changed the state)", err)
+		}
+		select {
+		case <-rctx.Done():
+			v.unsure = true
+			return fmt.Errorf("storing sealed state: %w; whether it was stored is unknown (the store cannot be read back: %v)", err, rerr)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Sync makes sure that the state served is the newest stored one: with a
+// shared store it compares the stored revisions (a linearizable read) with
+// the ones this instance knows and reloads on a difference. Without a
+// shared store it does nothing. An error means the store cannot be reached
+// (the request should be refused as unavailable).
+func (c *Core) Sync(ctx context.Context) error {
+	s := c.vault.shared()
+	if s == nil {
+		return nil
+	}
+	drev, krev, err := s.Revisions(ctx, c.vault.key)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.vault.unsure && drev == c.vault.dataRev && krev == c.vault.keyRev {
+		return nil
+	}
+	return c.reload(ctx)
+}
+
+// ErrUnavailable: the shared store cannot be reached; the request may be
+// repeated later.
+var ErrUnavailable = errors.New("the shared state store is unavailable")
+
+// refresh reloads the stored state (after a lost compare-and-swap).
+func (c *Core) refresh(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reload(ctx)
+}
+
+// reload reads the stored state again and publishes it, as a start would
+// (a state this instance cannot open puts it in recovery mode, touching
+// nothing). The quote is kept while the root certificate stays. Callers
+// hold mu.
+func (c *Core) reload(ctx context.Context) error {
+	old := c.snap.Load()
+	v := &c.vault
+	prevDisk, prevData, prevKey := v.disk, v.dataRev, v.keyRev
+	v.disk, v.unsure, v.attempted = nil, false, nil
+	prevUnreadable := c.unreadable
+	c.unreadable = nil
+	snap, err := c.load(ctx)
+	if err != nil {
+		v.disk, v.dataRev, v.keyRev, v.unsure = prevDisk, prevData, prevKey, true
+		c.unreadable = prevUnreadable
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if snap.state != StateRecovery {
+		c.rec.stop()
+	}
+	if old.ca != nil && snap.ca != nil && old.ca.Root.Equal(snap.ca.Root) {
+		snap.quote = old.quote
+	} else if q, qerr := c.issueQuote(ctx, snap.ca, nil); qerr == nil {
+		snap.quote = q
+	} else {
+		c.log.Error("no quote for the followed state's root certificate", "error", qerr.Error())
+	}
+	c.snap.Store(snap)
+	if old.state != snap.state || old.fingerprint != snap.fingerprint {
+		c.log.Info("followed a state change made by another instance", "state", int(snap.state), "manifestFingerprint", snap.fingerprint)
+	}
+	return nil
+}
+
+// Follow reloads the state whenever the shared store signals a change,
+// until ctx ends. Without a shared store that can signal it returns at
+// once.
+func (c *Core) Follow(ctx context.Context) {
+	n, ok := c.vault.data.(changeNotifier)
+	if !ok || c.vault.shared() == nil {
+		return
+	}
+	changes := n.Changes(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if err := c.Sync(sctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("following the shared state failed; the next request tries again", "error", err.Error())
+			}
+			cancel()
+		}
+	}
+}
+
+// retry runs op, and after a compare-and-swap lost to another instance
+// reloads the newer state and runs op again: op re-checks the request
+// against it, so the answer is the one it would have had after the other
+// instance's change.
+func retry[T any](c *Core, ctx context.Context, op func() (T, error)) (T, error) {
+	// Start from the newest state: a request that arrives after another
+	// instance acknowledged a change sees it.
+	if err := c.Sync(ctx); err != nil {
+		var zero T
+		return zero, err
+	}
+	for attempt := 1; ; attempt++ {
+		v, err := op()
+		if err == nil || !errors.Is(err, store.ErrConflict) || c.vault.shared() == nil {
+			return v, err
+		}
+		if attempt >= maxConflictRetries {
+			return v, fmt.Errorf("%w: %d compare-and-swaps in a row lost to other instances: %w", ErrUnavailable, attempt, err)
+		}
+		c.log.Info("another instance changed the state first; running the request again against the newer state", "attempt", attempt)
+		if rerr := c.refresh(ctx); rerr != nil {
+			return v, rerr
+		}
+	}
+}
+
+// The state-changing use cases, each run against the newest state and
+// again after a lost swap.
+
+// SetManifest: see setManifestOnce.
+func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, error) {
+	return retry(c, ctx, func() (map[string][]byte, error) { return c.setManifestOnce(ctx, raw) })
+}
+
+// SetSecrets: see setSecretsOnce.
+func (c *Core) SetSecrets(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error {
+	_, err := retry(c, ctx, func() (struct{}, error) { return struct{}{}, c.setSecretsOnce(ctx, peer, uploads) })
+	return err
+}
+
+// SetMonotonicCounter: see setMonotonicCounterOnce.
+func (c *Core) SetMonotonicCounter(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error) {
+	return retry(c, ctx, func() (uint64, error) { return c.setMonotonicCounterOnce(ctx, peer, name, value) })
+}
+
+// Update: see updateOnce.
+func (c *Core) Update(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
+	return retry(c, ctx, func() (UpdateResult, error) { return c.updateOnce(ctx, peer, raw) })
+}
+
+// AcknowledgeUpdate: see acknowledgeUpdateOnce.
+func (c *Core) AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
+	return retry(c, ctx, func() (UpdateResult, error) { return c.acknowledgeUpdateOnce(ctx, peer, raw) })
+}
+
+// CancelUpdate: see cancelUpdateOnce.
+func (c *Core) CancelUpdate(ctx context.Context, peer []*x509.Certificate) error {
+	_, err := retry(c, ctx, func() (struct{}, error) { return struct{}{}, c.cancelUpdateOnce(ctx, peer) })
+	return err
+}
+
+func (c *Core) recover(ctx context.Context, secret, signature []byte, signed bool) (RecoverResult, error) {
+	return retry(c, ctx, func() (RecoverResult, error) { return c.recoverOnce(ctx, secret, signature, signed) })
+}
+
+func (c *Core) activate(ctx context.Context, req ActivationRequest) (*Activation, error) {
+	return retry(c, ctx, func() (*Activation, error) { return c.activateOnce(ctx, req) })
+}
