@@ -220,7 +220,7 @@ func runWalkthrough(t *testing.T, blocks []string) walkthrough {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 10 * time.Second
+	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +233,9 @@ func runWalkthrough(t *testing.T, blocks []string) walkthrough {
 	w := walkthrough{stdout: stdout.String(), stderr: stderr.String()}
 	if dirs, _ := filepath.Glob(filepath.Join(tmp, "tmp.*")); len(dirs) == 1 {
 		w.scratch = dirs[0]
+	}
+	if errors.Is(err, exec.ErrWaitDelay) {
+		t.Fatalf("the walkthrough ended but left a process running (the Coordinator?) that holds its output\n--- stdout\n%s", w.stdout)
 	}
 	if err != nil {
 		log, _ := os.ReadFile(filepath.Join(w.scratch, "coordinator.log"))
