@@ -743,3 +743,25 @@ var testPEMs = sync.OnceValue(func() map[string]string {
 	pems["recovery.pub"] = string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
 	return pems
 })
+
+// TestExamplesREADMEKeys checks that the openssl lines examples/README.md
+// shows are the walkthrough's, which the walkthrough test runs.
+func TestExamplesREADMEKeys(t *testing.T) {
+	walk := between(t, readme(t), "<!-- walkthrough:start -->", "<!-- walkthrough:end -->")
+	text := string(readFile(t, filepath.Join(repoRoot, "examples", "README.md")))
+	n := 0
+	for _, block := range fencedBlocks(text, "sh") {
+		for line := range strings.Lines(block) {
+			if strings.HasPrefix(strings.TrimSpace(line), "awk ") || strings.TrimSpace(line) == "" {
+				continue
+			}
+			if !strings.Contains(walk, line) {
+				t.Errorf("examples/README.md has %q, which the README's walkthrough does not", strings.TrimSpace(line))
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Error("examples/README.md shows no openssl lines")
+	}
+}
