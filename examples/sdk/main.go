@@ -1,7 +1,7 @@
 // Command sdk shows the Go SDK (package client): it prints a Coordinator's
 // state and, as a manifest user, the named secrets.
 //
-//	sdk -root root.pem -cert bob.crt -key bob.key apikey
+//	sdk -coordinator localhost:4433 -root root.pem -cert bob.crt -key bob.key apikey
 package main
 
 import (
@@ -17,7 +17,7 @@ import (
 )
 
 func main() {
-	addr := flag.String("coordinator", os.Getenv("QUARRY_COORDINATOR"), "Coordinator address, host:port")
+	addr := flag.String("coordinator", "localhost:4433", "Coordinator address, host:port")
 	rootFile := flag.String("root", "root.pem", "PEM file with the Coordinator's root certificate")
 	certFile := flag.String("cert", "", "PEM file with a manifest user's certificate")
 	keyFile := flag.String("key", "", "PEM file with its private key")
