@@ -299,7 +299,7 @@ func convertState(mr *marblerun.State, sd *marblerun.SealedData, dek []byte) (*s
 				pending.Acknowledged = append(pending.Acknowledged, u)
 			}
 		}
-		pending.Needed = len(pending.Acknowledged) + max(p.MissingAcknowledgments, 0)
+		pending.Needed = len(pending.Acknowledged) + max(p.Missing(), 0)
 	}
 	rootSecret := mr.RootSecret
 	if len(rootSecret) == 0 {
