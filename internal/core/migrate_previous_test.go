@@ -85,7 +85,9 @@ func TestMigratePreviousSecrets(t *testing.T) {
 				if err != nil {
 					t.Fatalf("start %d: %v", i+1, err)
 				}
-				pemOf := func(der []byte) string { return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})) }
+				pemOf := func(der []byte) string {
+					return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+				}
 				for k, want := range map[string]string{
 					"CUR_SHARED":  hex.EncodeToString(cur.Private),
 					"PREV_SHARED": hex.EncodeToString(prevShared),
