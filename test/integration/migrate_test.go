@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -478,5 +479,44 @@ func TestMigrateMarbleRunPendingUpdateCancel(t *testing.T) {
 	}
 	if log := updateLog(t, c, hc); !strings.Contains(log[len(log)-1], "cancelled by user") || !strings.Contains(log[len(log)-1], `"alice"`) {
 		t.Errorf("last log entry %q", log[len(log)-1])
+	}
+}
+
+// TestMigrateMarbleRunLegacyKeyRefused: a 16-byte legacy data key stops the
+// start and the dry run with a clear message (exit 1); nothing changes.
+func TestMigrateMarbleRunLegacyKeyRefused(t *testing.T) {
+	v := readMarbleRunVector(t, "single")
+	data, key := v.WithLegacyKey(t)
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"sealed_data": data, "sealed_key": key} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := snapshotDir(t, dir)
+	for _, args := range [][]string{{"--check-migration"}, {"--client-addr", "127.0.0.1:0", "--mesh-addr", "127.0.0.1:0"}} {
+		cmd := exec.Command(coordinatorBin, args...)
+		cmd.Env = []string{"EDG_COORDINATOR_SEAL_DIR=" + dir, "PATH=" + os.Getenv("PATH")}
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "the data key has 16 bytes") || !strings.Contains(string(out), "RecoveryKeys") {
+			t.Errorf("%v: %v\n%s", args, err, out)
+		}
+		if args[0] == "--check-migration" {
+			// The dry run writes nothing at all.
+			if after := snapshotDir(t, dir); after != before {
+				t.Errorf("the dry run changed the directory:\n%s\nwas\n%s", after, before)
+			}
+		}
+	}
+	// The start (which takes the directory's lock) leaves both files as
+	// they were and makes no copy.
+	for name, want := range map[string][]byte{"sealed_data": data, "sealed_key": key} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || !bytes.Equal(b, want) {
+			t.Errorf("%s changed: %v", name, err)
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.marblerun-*")); len(m) != 0 {
+		t.Errorf("copies made although nothing was migrated: %v", m)
 	}
 }

@@ -161,3 +161,22 @@ func (v *Vector) WithPendingUpdate(t testing.TB, legacyNoCount bool) *PendingSta
 	kv["updateLog"] = append(append(kv["updateLog"], entry...), '\n')
 	return &PendingState{Data: v.Reseal(t, kv), Manifest: cur, Update: update, AliceCertPEM: certPEM, AliceKeyPEM: keyPEM}
 }
+
+// WithLegacyKey seals the vector's store under a 16-byte data key, as
+// MarbleRun deployments from before 1.9.0 have it (behaviour.md §6.1);
+// MarbleRun's no-enclave sealed_key then holds the raw 16-byte key (key).
+func (v *Vector) WithLegacyKey(t testing.TB) (data, key []byte) {
+	t.Helper()
+	sd, err := marblerun.ParseSealedData(v.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key = make([]byte, 16)
+	for i := range key {
+		key[i] = byte(0x16 + i)
+	}
+	if data, err = Seal(key, sd.RecoveryData, v.Store(t)); err != nil {
+		t.Fatal(err)
+	}
+	return data, key
+}
