@@ -218,7 +218,7 @@ func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedDat
 func convertMarbleRun(sd *marblerun.SealedData, dek []byte) (*sealedState, sealHeader, MigrationReport, error) {
 	var rep MigrationReport
 	if len(dek) != seal.KeySize {
-		return nil, sealHeader{}, rep, fmt.Errorf("%w: the data key has %d bytes (a MarbleRun state from before 1.9.0); Quarry keeps 32-byte data keys: apply a manifest update with MarbleRun 1.9 or later first", ErrMigration, len(dek))
+		return nil, sealHeader{}, rep, fmt.Errorf("%w: the data key has %d bytes (a MarbleRun state from before 1.9.0); Quarry keeps 32-byte data keys: with MarbleRun 1.9 or later, apply a full manifest update that changes RecoveryKeys (MarbleRun then makes a new 32-byte data key and new recovery secrets), then start Quarry again; nothing was changed", ErrMigration, len(dek))
 	}
 	kv, err := sd.Open(dek)
 	if err != nil {
@@ -299,7 +299,7 @@ func convertState(mr *marblerun.State, sd *marblerun.SealedData, dek []byte) (*s
 				pending.Acknowledged = append(pending.Acknowledged, u)
 			}
 		}
-		pending.Needed = len(pending.Acknowledged) + max(p.MissingAcknowledgments, 0)
+		pending.Needed = len(pending.Acknowledged) + max(p.Missing(), 0)
 	}
 	rootSecret := mr.RootSecret
 	if len(rootSecret) == 0 {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/quarry-cc/quarry/internal/recovery"
@@ -179,5 +180,39 @@ func TestCollectorXORAndShamir(t *testing.T) {
 	}
 	if r, k, _, err := s.Add(dek, nil, true); err != nil || r != 0 || !bytes.Equal(k, dek) {
 		t.Fatalf("single key: %v", err)
+	}
+}
+
+// TestDecodePendingUpdate: MarbleRun's pendingUpdate with and without the
+// missingAcknowledgments member (without it MarbleRun counts the required
+// users that have not acknowledged); a member Quarry does not know stops the
+// decoding (it would be dropped).
+func TestDecodePendingUpdate(t *testing.T) {
+	data, key := readVector(t, "single")
+	sd, _ := ParseSealedData(data)
+	base, err := sd.Open(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		value   string
+		missing int
+	}{
+		"with count":    {`{"manifestRaw":"e30=","requiredUsers":{"a":true,"b":false,"c":false},"missingAcknowledgments":1}`, 1},
+		"without count": {`{"manifestRaw":"e30=","requiredUsers":{"a":true,"b":false,"c":false}}`, 2},
+		"zero is kept":  {`{"manifestRaw":"e30=","requiredUsers":{"a":false},"missingAcknowledgments":0}`, 0},
+	} {
+		base["pendingUpdate"] = []byte(tc.value)
+		st, err := Decode(base)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if string(st.Pending.ManifestRaw) != "{}" || len(st.Pending.RequiredUsers) == 0 || st.Pending.Missing() != tc.missing {
+			t.Errorf("%s: %+v, missing %d, want %d", name, st.Pending, st.Pending.Missing(), tc.missing)
+		}
+	}
+	base["pendingUpdate"] = []byte(`{"manifestRaw":"e30=","requiredUsers":{},"initiator":"a"}`)
+	if _, err := Decode(base); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "pendingUpdate") {
+		t.Errorf("unknown member: %v", err)
 	}
 }

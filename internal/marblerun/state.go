@@ -48,8 +48,25 @@ type PendingUpdate struct {
 	ManifestRaw   []byte          `json:"manifestRaw"`
 	RequiredUsers map[string]bool `json:"requiredUsers"`
 	// MissingAcknowledgments is the number of acknowledgements still
-	// needed.
-	MissingAcknowledgments int `json:"missingAcknowledgments"`
+	// needed; nil when the state does not say (MarbleRun versions that did
+	// not write it): see Missing.
+	MissingAcknowledgments *int `json:"missingAcknowledgments"`
+}
+
+// Missing is the number of acknowledgements still needed. Without a stored
+// count it is, as MarbleRun reads such a state, the number of required users
+// that have not acknowledged.
+func (p *PendingUpdate) Missing() int {
+	if p.MissingAcknowledgments != nil {
+		return *p.MissingAcknowledgments
+	}
+	n := 0
+	for _, acked := range p.RequiredUsers {
+		if !acked {
+			n++
+		}
+	}
+	return n
 }
 
 // State is a decoded MarbleRun state: every store key, typed.

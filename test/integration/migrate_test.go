@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -383,4 +384,139 @@ func snapshotDir(t *testing.T, dir string) string {
 		b.WriteString(e.Name() + " " + fi.Mode().String() + " " + fi.ModTime().String() + " " + base64.StdEncoding.EncodeToString(sum[:]) + "\n")
 	}
 	return b.String()
+}
+
+// pendingSealDir writes a crafted MarbleRun state with a pending
+// multi-party update (admin initiated, alice has not acknowledged) and the
+// vector's sealed_key into a new seal directory.
+func pendingSealDir(t *testing.T, v *mrVector) (string, *marbleruntest.PendingState, tls.Certificate) {
+	t.Helper()
+	ps := v.WithPendingUpdate(t, false)
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"sealed_data": ps.Data, "sealed_key": v.key} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alice, err := tls.X509KeyPair(ps.AliceCertPEM, ps.AliceKeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, ps, alice
+}
+
+func currentManifest(t *testing.T, c *coordinator, hc *http.Client) []byte {
+	t.Helper()
+	r := do(t, hc, http.MethodGet, c.url("/api/v2/manifest"), nil)
+	expect(t, r, http.StatusOK, "success")
+	var m struct {
+		Manifest []byte `json:"manifest"`
+	}
+	decode(t, r, &m)
+	return m.Manifest
+}
+
+// TestMigrateMarbleRunPendingUpdate: the real binary migrates MarbleRun's
+// pending multi-party update; GET /api/v2/update-manifest shows it waiting
+// for alice (also after a SIGKILL), and alice's acknowledgement applies it.
+func TestMigrateMarbleRunPendingUpdate(t *testing.T) {
+	v := readMarbleRunVector(t, "single")
+	dir, ps, aliceCert := pendingSealDir(t, v)
+	c := startCoordinator(t, dir)
+	root := v.root(t)
+	hc := c.client(root, nil)
+	alice, admin := c.client(root, &aliceCert), c.client(root, &v.admin)
+	for range 2 {
+		r := do(t, hc, http.MethodGet, c.url("/api/v2/update-manifest"), nil)
+		expect(t, r, http.StatusOK, "success")
+		var d updateData
+		decode(t, r, &d)
+		if !bytes.Equal(d.Manifest, ps.Update) || !slices.Equal(d.MissingUsers, []string{"alice"}) || d.Message != "1 user still needs to acknowledge the update manifest" {
+			t.Fatalf("pending update: %s", r.Data)
+		}
+		c.restart()
+	}
+	expect(t, do(t, admin, http.MethodPost, c.url("/api/v2/update"), map[string][]byte{"manifest": ps.Update}), http.StatusConflict, "fail")
+	r := do(t, admin, http.MethodPost, c.url("/api/v2/update-manifest"), map[string][]byte{"manifest": ps.Update})
+	expect(t, r, http.StatusOK, "success")
+	var d updateData
+	decode(t, r, &d)
+	if d.MissingAcknowledgments != 1 || !strings.Contains(d.Message, "already acknowledged") {
+		t.Fatalf("admin acknowledged in MarbleRun, again: %s", r.Data)
+	}
+	if !bytes.Equal(currentManifest(t, c, hc), ps.Manifest) {
+		t.Fatal("the manifest changed before alice acknowledged")
+	}
+	r = do(t, alice, http.MethodPost, c.url("/api/v2/update-manifest"), map[string][]byte{"manifest": ps.Update})
+	expect(t, r, http.StatusOK, "success")
+	decode(t, r, &d)
+	if d.MissingAcknowledgments != 0 || d.RecoverySecrets != nil {
+		t.Fatalf("alice's acknowledgement: %s", r.Data)
+	}
+	expect(t, do(t, hc, http.MethodGet, c.url("/api/v2/update-manifest"), nil), http.StatusNotFound, "fail")
+	c.restart()
+	if !bytes.Equal(currentManifest(t, c, hc), ps.Update) {
+		t.Fatal("the update is not applied")
+	}
+	if log := updateLog(t, c, hc); !strings.Contains(log[len(log)-1], "Complete Manifest updated") {
+		t.Errorf("last log entry %q", log[len(log)-1])
+	}
+}
+
+// TestMigrateMarbleRunPendingUpdateCancel: alice cancels the migrated
+// pending update; the manifest stays MarbleRun's.
+func TestMigrateMarbleRunPendingUpdateCancel(t *testing.T) {
+	v := readMarbleRunVector(t, "single")
+	dir, ps, aliceCert := pendingSealDir(t, v)
+	c := startCoordinator(t, dir)
+	root := v.root(t)
+	hc := c.client(root, nil)
+	expect(t, do(t, c.client(root, &aliceCert), http.MethodPost, c.url("/api/v2/update-cancel"), nil), http.StatusOK, "success")
+	c.restart()
+	expect(t, do(t, hc, http.MethodGet, c.url("/api/v2/update-manifest"), nil), http.StatusNotFound, "fail")
+	if !bytes.Equal(currentManifest(t, c, hc), ps.Manifest) {
+		t.Fatal("the manifest changed")
+	}
+	if log := updateLog(t, c, hc); !strings.Contains(log[len(log)-1], "cancelled by user") || !strings.Contains(log[len(log)-1], `"alice"`) {
+		t.Errorf("last log entry %q", log[len(log)-1])
+	}
+}
+
+// TestMigrateMarbleRunLegacyKeyRefused: a 16-byte legacy data key stops the
+// start and the dry run with a clear message (exit 1); nothing changes.
+func TestMigrateMarbleRunLegacyKeyRefused(t *testing.T) {
+	v := readMarbleRunVector(t, "single")
+	data, key := v.WithLegacyKey(t)
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"sealed_data": data, "sealed_key": key} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := snapshotDir(t, dir)
+	for _, args := range [][]string{{"--check-migration"}, {"--client-addr", "127.0.0.1:0", "--mesh-addr", "127.0.0.1:0"}} {
+		cmd := exec.Command(coordinatorBin, args...)
+		cmd.Env = []string{"EDG_COORDINATOR_SEAL_DIR=" + dir, "PATH=" + os.Getenv("PATH")}
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "the data key has 16 bytes") || !strings.Contains(string(out), "RecoveryKeys") {
+			t.Errorf("%v: %v\n%s", args, err, out)
+		}
+		if args[0] == "--check-migration" {
+			// The dry run writes nothing at all.
+			if after := snapshotDir(t, dir); after != before {
+				t.Errorf("the dry run changed the directory:\n%s\nwas\n%s", after, before)
+			}
+		}
+	}
+	// The start (which takes the directory's lock) leaves both files as
+	// they were and makes no copy.
+	for name, want := range map[string][]byte{"sealed_data": data, "sealed_key": key} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || !bytes.Equal(b, want) {
+			t.Errorf("%s changed: %v", name, err)
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.marblerun-*")); len(m) != 0 {
+		t.Errorf("copies made although nothing was migrated: %v", m)
+	}
 }
