@@ -224,9 +224,12 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"PEM file with a root CA that replaces the pinned Intel SGX Root CA in quote verification (tests, private PKIs) [QUARRY_SGX_ROOT_CA]")
 	storeSettings := registerStore(fs, env)
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: coordinator [flags]\n\n"+
+		fmt.Fprintf(out, "Usage: coordinator [flags]\n"+
+			"       coordinator backup --seal-dir DIR --out FILE\n"+
+			"       coordinator restore --seal-dir DIR --in FILE [--force]\n\n"+
 			"Runs the Quarry Coordinator. Every flag can also be set by the environment\n"+
-			"variable named in brackets; a flag wins over its variable.\n\nFlags:\n")
+			"variable named in brackets; a flag wins over its variable. 'coordinator backup\n"+
+			"--help' and 'coordinator restore --help' describe the two commands.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
