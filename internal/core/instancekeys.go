@@ -142,7 +142,7 @@ func (v *vault) instanceKeyFor(ctx context.Context, raw, blob []byte) ([]byte, *
 	if !rec.Verify(dek) {
 		return nil, &keyProblem{"the data key a peer gave does not match the key record", errors.New("key ID or binding tag mismatch")}
 	}
-	v.log.Info("obtained the data key from a running instance")
+	v.log.Info("opened the state with the data key from a running instance; adding this instance's entry to the key file")
 	v.needEntry = true
 	return dek, nil
 }
