@@ -35,9 +35,9 @@ func TestPeerKeyTransfer(t *testing.T) {
 	s := newSGXPlatform(t, "UpToDate", nil)
 	quote := func(rd [64]byte) []byte { return s.quote(t, rd) }
 	envOn := func(dev *graminetest.Device) []string {
-		return append(append(s.env(), "QUARRY_ATTESTATION=gramine", "QUARRY_GRAMINE_ATTESTATION_DIR="+dev.Dir,
+		return append(s.env(), "QUARRY_ATTESTATION=gramine", "QUARRY_GRAMINE_ATTESTATION_DIR="+dev.Dir,
 			"QUARRY_STORE=etcd", "QUARRY_ETCD_ENDPOINTS="+strings.Join(cluster.Endpoints(), ","), "QUARRY_ETCD_PREFIX="+prefix,
-			"QUARRY_PEER_ADDR="+freeLoopbackAddr(t)))
+			"QUARRY_PEER_ADDR="+freeLoopbackAddr(t))
 	}
 	devA, devB, devC := graminetest.NewDevice(t, quote), graminetest.NewDevice(t, quote), graminetest.NewDevice(t, quote)
 
