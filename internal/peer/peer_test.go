@@ -27,7 +27,7 @@ type world struct {
 	self     dcaptest.Enclave
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	p := dcaptest.NewPKI(t)
 	pl := p.NewPlatform(t, dcaptest.DefaultExtension())
 	w := &world{pl: pl, verifier: &dcap.Verifier{
@@ -39,7 +39,7 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
-func (w *world) selfBody(t *testing.T) *sgxquote.ReportBody {
+func (w *world) selfBody(t testing.TB) *sgxquote.ReportBody {
 	q, err := sgxquote.Parse(w.pl.Quote(t, dcaptest.QuoteOptions{Enclave: w.self}))
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func (w *world) selfBody(t *testing.T) *sgxquote.ReportBody {
 
 // issuer quotes as enclave e, after change (if set) alters the report data.
 type issuer struct {
-	t      *testing.T
+	t      testing.TB
 	pl     *dcaptest.Platform
 	e      dcaptest.Enclave
 	change func(*[64]byte)
@@ -91,7 +91,7 @@ func keysWith(mode string) keys {
 }
 
 // serve starts s on a loopback port and returns its address.
-func serve(t *testing.T, s *Server) (string, *[]Result) {
+func serve(t testing.TB, s *Server) (string, *[]Result) {
 	t.Helper()
 	if s.Certificate.Certificate == nil {
 		cert, err := NewCertificate()
@@ -123,7 +123,7 @@ func serve(t *testing.T, s *Server) (string, *[]Result) {
 	return ln.Addr().String(), results
 }
 
-func client(t *testing.T, iss attest.Issuer) *Client {
+func client(t testing.TB, iss attest.Issuer) *Client {
 	cert, err := NewCertificate()
 	if err != nil {
 		t.Fatal(err)
