@@ -90,8 +90,20 @@ func keysWith(mode string) keys {
 	return keys{seal.KeyID(dek): {dek, mode}}
 }
 
+// recorder keeps the server's results.
+type recorder struct {
+	mu      sync.Mutex
+	results []Result
+}
+
+func (r *recorder) all() []Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Result(nil), r.results...)
+}
+
 // serve starts s on a loopback port and returns its address.
-func serve(t testing.TB, s *Server) (string, *[]Result) {
+func serve(t testing.TB, s *Server) (string, *recorder) {
 	t.Helper()
 	if s.Certificate.Certificate == nil {
 		cert, err := NewCertificate()
@@ -100,12 +112,11 @@ func serve(t testing.TB, s *Server) (string, *[]Result) {
 		}
 		s.Certificate = cert
 	}
-	var mu sync.Mutex
-	results := &[]Result{}
+	results := &recorder{}
 	s.OnResult = func(r Result) {
-		mu.Lock()
-		*results = append(*results, r)
-		mu.Unlock()
+		results.mu.Lock()
+		results.results = append(results.results, r)
+		results.mu.Unlock()
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -177,23 +188,23 @@ func TestTransfer(t *testing.T) {
 			if got != nil {
 				t.Fatal("a key came with the refusal")
 			}
-			waitResults(t, results, 1)
-			if r := (*results)[0]; !errors.Is(r.Err, tc.want) {
+			if r := waitResults(t, results, 1)[0]; !errors.Is(r.Err, tc.want) {
 				t.Fatalf("the server reports %v, want %v", r.Err, tc.want)
 			}
 		})
 	}
 }
 
-func waitResults(t *testing.T, results *[]Result, n int) {
+func waitResults(t *testing.T, results *recorder, n int) []Result {
 	t.Helper()
-	for range 100 {
-		if len(*results) >= n {
-			return
+	for range 300 {
+		if got := results.all(); len(got) >= n {
+			return got
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("%d results, want %d", len(*results), n)
+	t.Fatalf("%d results, want %d", len(results.all()), n)
+	return nil
 }
 
 // TestReplayedQuote: a quote recorded from one exchange is refused in the
@@ -313,8 +324,7 @@ func TestMalformedRequests(t *testing.T) {
 	}
 	send(t, false, shortID)
 	n++
-	waitResults(t, results, n)
-	for i, r := range *results {
+	for i, r := range waitResults(t, results, n) {
 		if r.Err == nil {
 			t.Errorf("exchange %d: no error", i)
 		}
