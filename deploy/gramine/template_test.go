@@ -90,6 +90,8 @@ var envPolicy = map[string]envRule{
 	"QUARRY_ETCD_CERT":           {kind: absent},
 	"QUARRY_ETCD_KEY":            {kind: absent},
 	"QUARRY_INSECURE_PEER_TRUST": {kind: absent},
+	"QUARRY_PEER_ADDR":           {kind: absent},
+	"QUARRY_PEER_ADVERTISE_ADDR": {kind: absent},
 }
 
 // envValue is one loader.env entry: "value", { value = "value" } or

@@ -59,6 +59,9 @@ type App struct {
 	core   *core.Core
 	unlock func() error
 	etcd   *etcdstore.Client // with store etcd (store.go)
+	peer   *peerState        // with store etcd (peer.go)
+	// verifier verifies quotes (nil without a collateral source).
+	verifier core.QuoteVerifier
 
 	// Metrics and health (metrics.go).
 	hooks      metricsHooks
@@ -121,10 +124,14 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 	if err != nil {
 		return err
 	}
+	a.verifier = verifier
+	if err := a.setupPeer(ctx, issuer); err != nil { // peer.go
+		return err
+	}
 	if err := a.joinShared(ctx, sealer); err != nil {
 		return err
 	}
-	a.core, err = core.New(ctx, core.Options{
+	opts := core.Options{
 		Names:     ca.Names{DNS: dns, IPs: ips},
 		Data:      data,
 		Key:       key,
@@ -141,7 +148,9 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 		ActivationEvents: activationEvents(a.cfg.ActivationEvents),
 		OnActivation:     a.hooks.onActivation,
 		OnCommit:         a.hooks.onCommit,
-	})
+	}
+	a.peerOptions(&opts) // peer.go
+	a.core, err = core.New(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -218,6 +227,16 @@ func (a *App) Run(ctx context.Context) error {
 		meshLn.Close()
 		return err
 	}
+	peerLn, err := a.listenPeer() // peer.go
+	if err != nil {
+		ln.Close()
+		meshLn.Close()
+		if metricsLn != nil {
+			metricsLn.Close()
+		}
+		return err
+	}
+	defer a.servePeer(peerLn, a.verifier)()
 	ln = rest.GuardPlainHTTP(ln) // plain HTTP gets a JSend 400, not net/http's text
 	bodyMem, bodyMemSource := bodyMemory(readSystemFile)
 	go a.core.Follow(ctx) // with a shared store: follow the other instances

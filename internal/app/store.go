@@ -85,6 +85,15 @@ type identity struct {
 	Sealer      string `json:"sealer"`
 	Attestation string `json:"attestation"`
 	Binary      string `json:"binary"`
+	// Instance and PeerAddr say which instance this is and where its peer
+	// key server listens (peer.go); they differ between instances.
+	Instance string `json:"instance,omitempty"`
+	PeerAddr string `json:"peerAddr,omitempty"`
+}
+
+// same reports whether two instances may share one state.
+func (i identity) same(o identity) bool {
+	return i.Sealer == o.Sealer && i.Attestation == o.Attestation && i.Binary == o.Binary
 }
 
 // joinShared checks, on a shared store, that the data key may be shared
@@ -102,6 +111,9 @@ func (a *App) joinShared(ctx context.Context, sealer seal.KeySealer) error {
 			"prefix", a.cfg.Store.EtcdPrefix)
 	}
 	me := identity{Sealer: fmt.Sprintf("%T", sealer), Attestation: a.cfg.Attestation, Binary: binaryHash()}
+	if a.peer != nil {
+		me.Instance, me.PeerAddr = a.peer.idHex, a.cfg.Store.PeerDialAddr()
+	}
 	raw, err := json.Marshal(me)
 	if err != nil {
 		return err
@@ -115,7 +127,7 @@ func (a *App) joinShared(ctx context.Context, sealer seal.KeySealer) error {
 		if err := json.Unmarshal(o, &other); err != nil {
 			return fmt.Errorf("another instance on prefix %s registered an unreadable identity: %w", a.cfg.Store.EtcdPrefix, err)
 		}
-		if other != me {
+		if !other.same(me) {
 			return fmt.Errorf("refusing to share state with a different instance on prefix %s: it runs sealer %s, attestation %s, binary sha256 %s; this one runs sealer %s, attestation %s, binary sha256 %s (stop the others first, or use another prefix)",
 				a.cfg.Store.EtcdPrefix, other.Sealer, other.Attestation, other.Binary, me.Sealer, me.Attestation, me.Binary)
 		}

@@ -51,7 +51,8 @@ func forbid(t *testing.T, pkg string, prefixes ...string) {
 
 func TestLeavesHaveNoTransportOrLogger(t *testing.T) {
 	leaves := []string{"manifest", "internal/ca", "internal/seal", "internal/store/...", "internal/recovery",
-		"internal/updatelog", "internal/user", "internal/secrets", "internal/marblerun/...", "internal/attest/...", "api/..."}
+		"internal/updatelog", "internal/user", "internal/secrets", "internal/marblerun/...", "internal/attest/...", "api/...",
+		"internal/peer"}
 	for _, pattern := range leaves {
 		for _, pkg := range packages(t, pattern) {
 			// The PCCS client is the attest leaf's one HTTP adapter, and the

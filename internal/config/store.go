@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -36,11 +37,18 @@ type StoreConfig struct {
 	// InsecurePeerTrust lets instances without an enclave share the data
 	// key through etcd (where it then lies unprotected).
 	InsecurePeerTrust bool
+	// PeerAddr is the listen address of the peer key server (store etcd;
+	// empty: none, this instance gives the data key to no other).
+	PeerAddr string
+	// PeerAdvertiseAddr is the address other instances dial to reach
+	// PeerAddr (registered under members/); empty: PeerAddr itself.
+	PeerAdvertiseAddr string
 }
 
 // storeFlags are the store settings as given, before they are checked.
 type storeFlags struct {
 	kind, endpoints, prefix, ca, cert, key, peerTrust string
+	peerAddr, peerAdvertise                           string
 	set                                               map[string]bool
 }
 
@@ -62,6 +70,10 @@ func registerStore(fs *flag.FlagSet, env func(name, def string) string) *storeFl
 	f.peerTrust = env("QUARRY_INSECURE_PEER_TRUST", "0")
 	fs.Var((*switchFlag)(&f.peerTrust), "insecure-peer-trust",
 		"with store etcd and no enclave (simulation), let the instances share the data key through etcd, where it then lies unprotected (--insecure-peer-trust, or =1 / =0); for tests only, a warning is logged at every start [QUARRY_INSECURE_PEER_TRUST]")
+	fs.StringVar(&f.peerAddr, "peer-addr", env("QUARRY_PEER_ADDR", ""),
+		"with store etcd, listen address of the peer key server, through which instances on other CPUs obtain the data key after attestation, e.g. :2003; empty: none (docs/ha.md) [QUARRY_PEER_ADDR]")
+	fs.StringVar(&f.peerAdvertise, "peer-advertise-addr", env("QUARRY_PEER_ADVERTISE_ADDR", ""),
+		"host:port at which other instances reach --peer-addr (e.g. the pod IP); empty: --peer-addr itself, which then needs a host [QUARRY_PEER_ADVERTISE_ADDR]")
 	return f
 }
 
@@ -72,6 +84,7 @@ func (f *storeFlags) apply(c *Config) []error {
 		Kind:       strings.ToLower(strings.TrimSpace(f.kind)),
 		EtcdPrefix: f.prefix,
 		EtcdCA:     f.ca, EtcdCert: f.cert, EtcdKey: f.key,
+		PeerAddr: strings.TrimSpace(f.peerAddr), PeerAdvertiseAddr: strings.TrimSpace(f.peerAdvertise),
 	}
 	for _, e := range strings.Split(f.endpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {
@@ -90,7 +103,7 @@ func (s StoreConfig) validate() []error {
 	var errs []error
 	switch s.Kind {
 	case StoreFile:
-		if len(s.EtcdEndpoints) > 0 || s.EtcdCA != "" || s.EtcdCert != "" || s.EtcdKey != "" {
+		if len(s.EtcdEndpoints) > 0 || s.EtcdCA != "" || s.EtcdCert != "" || s.EtcdKey != "" || s.PeerAddr != "" || s.PeerAdvertiseAddr != "" {
 			errs = append(errs, errors.New("store [QUARRY_STORE]: etcd settings are given but the store is file; set --store etcd or remove them"))
 		}
 		return errs
@@ -123,6 +136,7 @@ func (s StoreConfig) validate() []error {
 			errs = append(errs, fmt.Errorf("%s [%s]: %s is a directory, not a PEM file", f.flag, f.env, f.path))
 		}
 	}
+	errs = append(errs, s.validatePeer()...)
 	if (s.EtcdCert == "") != (s.EtcdKey == "") {
 		errs = append(errs, errors.New("etcd-cert [QUARRY_ETCD_CERT] and etcd-key [QUARRY_ETCD_KEY] go together: give both or neither"))
 	}
@@ -139,4 +153,51 @@ func validateEndpoint(e string) error {
 		return fmt.Errorf("%q: the URL needs a port, such as https://etcd-0:2379", e)
 	}
 	return nil
+}
+
+func (s StoreConfig) validatePeer() []error {
+	var errs []error
+	if s.PeerAddr != "" {
+		if err := validateAddr(s.PeerAddr); err != nil {
+			errs = append(errs, fmt.Errorf("peer-addr [QUARRY_PEER_ADDR]: %w", err))
+		}
+	}
+	switch {
+	case s.PeerAdvertiseAddr != "" && s.PeerAddr == "":
+		errs = append(errs, errors.New("peer-advertise-addr [QUARRY_PEER_ADVERTISE_ADDR]: set without --peer-addr [QUARRY_PEER_ADDR]"))
+	case s.PeerAdvertiseAddr != "":
+		if err := validateDialAddr(s.PeerAdvertiseAddr); err != nil {
+			errs = append(errs, fmt.Errorf("peer-advertise-addr [QUARRY_PEER_ADVERTISE_ADDR]: %w", err))
+		}
+	case s.PeerAddr != "":
+		if err := validateDialAddr(s.PeerAddr); err != nil {
+			errs = append(errs, fmt.Errorf("peer-addr [QUARRY_PEER_ADDR]: other instances cannot dial it (%v); set --peer-advertise-addr [QUARRY_PEER_ADVERTISE_ADDR]", err))
+		}
+	}
+	return errs
+}
+
+// validateDialAddr checks a host:port that others can dial: a host that
+// is not the unspecified address, and a port other than 0.
+func validateDialAddr(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", a)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("%q has no host others can dial", a)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return fmt.Errorf("%q has no port others can dial", a)
+	}
+	return nil
+}
+
+// PeerDialAddr is the address other instances dial for the peer key
+// server (empty without one).
+func (s StoreConfig) PeerDialAddr() string {
+	if s.PeerAdvertiseAddr != "" {
+		return s.PeerAdvertiseAddr
+	}
+	return s.PeerAddr
 }

@@ -68,6 +68,12 @@ type Options struct {
 	// OnCommit, if set, is called after every attempt to store a changed
 	// state (metrics). It must be quick and must not call the Core.
 	OnCommit func(CommitResult)
+	// InstanceID, with a shared store, names this instance's entry in the
+	// key file (instancekeys.go); nil writes the single-instance key file.
+	InstanceID *seal.InstanceID
+	// KeySource, if set, is asked for the data key when no entry of the
+	// key file opens here (an attested peer; internal/peer).
+	KeySource KeySource
 	// Rand and Now default to crypto/rand and time.Now.
 	Rand io.Reader
 	Now  func() time.Time
@@ -195,6 +201,7 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	c := &Core{opts: opts, log: opts.Logger}
 	c.events.limit = opts.ActivationEvents
 	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger}
+	c.vault.instance, c.vault.source = opts.InstanceID, opts.KeySource
 	snap, err := c.load(ctx)
 	if err != nil {
 		return nil, err
@@ -261,6 +268,7 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 		return nil, err
 	}
 	c.vault.opened(dek, snap.manifest.Config.SealMode)
+	c.vault.addOwnEntry(ctx)
 	c.dek = dek
 	c.header = hdr
 	c.log.Info("sealed state loaded", "state", int(snap.state), "manifestFingerprint", snap.fingerprint)

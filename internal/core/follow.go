@@ -88,6 +88,7 @@ func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, 
 	if err == nil {
 		v.dataRev, v.keyRev = rev, rev
 		v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
+		v.committed(keyFile, dek, mode)
 		return nil
 	}
 	if errors.Is(err, store.ErrConflict) {
@@ -101,6 +102,7 @@ func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, 
 			if got != nil && seal.Binding(got) == binding {
 				v.dataRev, v.keyRev = grev, krev
 				v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
+				v.committed(keyFile, dek, mode)
 				v.log.Warn("the store reported an error, but reading back shows the change was stored", "error", err.Error())
 				return nil
 			}

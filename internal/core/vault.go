@@ -43,6 +43,9 @@ type vault struct {
 	pairKey    []byte
 	pairKeyRev store.Revision
 	pairLoaded bool
+
+	// Per-instance key entries (instancekeys.go): set on a shared store.
+	instances
 }
 
 // storedBlob is a blob in the data store, the key that opens it and the
@@ -96,6 +99,9 @@ func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, *keyProblem) {
 		return nil, &keyProblem{"the sealed data key cannot be read", err}
 	}
 	v.keyRev = rev
+	if seal.IsInstanceKeyFile(raw) {
+		return v.instanceKeyFor(ctx, raw, blob)
+	}
 	entries, err := seal.DecodeKeyFile(raw)
 	if err != nil {
 		return nil, &keyProblem{"the sealed data key is corrupt", err}
@@ -109,20 +115,29 @@ func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, *keyProblem) {
 		binding = e.Binding[:]
 	}
 	dek, err := v.sealer.UnsealKey(e.Sealed, binding)
-	switch {
-	case errors.Is(err, seal.ErrSealedElsewhere):
-		return nil, &keyProblem{"the data key was sealed by another enclave (another MRENCLAVE for UniqueKey, another MRSIGNER for ProductKey)", err}
-	case errors.Is(err, seal.ErrOtherSealer):
-		return nil, &keyProblem{"the data key was sealed another way (without an enclave?) and is not opened by this Coordinator's sealer", err}
-	case err != nil:
-		return nil, &keyProblem{"the data key cannot be unsealed", err}
+	if err != nil {
+		return nil, unsealProblem(err)
 	}
 	return dek, nil
 }
 
+// unsealProblem says why a sealed data key does not unseal.
+func unsealProblem(err error) *keyProblem {
+	switch {
+	case errors.Is(err, seal.ErrSealedElsewhere):
+		return &keyProblem{"the data key was sealed by another enclave (another MRENCLAVE for UniqueKey, another MRSIGNER for ProductKey)", err}
+	case errors.Is(err, seal.ErrOtherSealer):
+		return &keyProblem{"the data key was sealed another way (without an enclave?) and is not opened by this Coordinator's sealer", err}
+	}
+	return &keyProblem{"the data key cannot be unsealed", err}
+}
+
 // opened records that dek opens the stored blob, whose state has seal
 // mode mode.
-func (v *vault) opened(dek []byte, mode string) { v.disk.dek, v.disk.mode = dek, mode }
+func (v *vault) opened(dek []byte, mode string) {
+	v.disk.dek, v.disk.mode = dek, mode
+	v.remember(dek, mode)
+}
 
 // setStrayKeyAside handles a key file without a blob (left by a crash
 // during the first write, or by a lost sealed_data): it opens nothing, so
@@ -231,6 +246,13 @@ func (v *vault) commit(ctx context.Context, blob, dek []byte, mode string) error
 		}
 	}
 	binding := seal.Binding(blob)
+	if s := v.shared(); s != nil && v.instance != nil {
+		keyFile, err := v.instanceKeyFile(dek, binding, mode)
+		if err != nil {
+			return err
+		}
+		return v.commitShared(ctx, s, blob, keyFile, dek, mode)
+	}
 	newKey, err := v.sealer.SealKey(dek, binding[:], mode)
 	if err != nil {
 		return fmt.Errorf("sealing data key: %w", err)
