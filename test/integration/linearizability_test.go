@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -25,7 +27,7 @@ import (
 )
 
 var (
-	haDuration = flag.Duration("ha.duration", 20*time.Second, "how long TestLinearizability's etcd run drives load and faults (the file-store run takes a quarter)")
+	haDuration = flag.Duration("ha.duration", 15*time.Second, "how long TestLinearizability's etcd run drives load and faults (the file-store run takes a quarter)")
 	haSeed     = flag.Uint64("ha.seed", 0, "seed of TestLinearizability's random choices (0: from the clock; the seed is logged)")
 	haClients  = flag.Int("ha.clients", 5, "concurrent clients in TestLinearizability")
 	haMaxOps   = flag.Int("ha.maxops", 4000, "at most this many operations per client in TestLinearizability")
@@ -135,6 +137,10 @@ func (c *linClient) call(hc *http.Client, n *haNode, method, path string, body [
 		return 0, jsend{}
 	}
 	resp, err := hc.Do(req)
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return -1, jsend{} // never sent (the instance is down): not recorded
+	}
 	if err != nil {
 		return 0, jsend{}
 	}
@@ -178,6 +184,9 @@ func (c *linClient) do(ni int, in mInput) mOutput {
 	}
 	ret := r.now()
 	lat := time.Since(start)
+	if code < 0 {
+		return mOutput{Unknown: true}
+	}
 	out := mOutput{HTTP: code}
 	switch {
 	case code == 0 || code >= 500:
@@ -340,7 +349,7 @@ func runLinearizability(t *testing.T, name string, nodes []*haNode, seed uint64,
 			etcdDown = -1
 		}
 		switch p := rng.IntN(100); {
-		case p < 30: // SIGKILL a coordinator for 0.2–1.5 s
+		case p < 10: // SIGKILL a coordinator for 0.2–1.5 s
 			up := 0
 			for _, n := range nodes {
 				if _, ok := n.address(); ok {
@@ -354,7 +363,7 @@ func runLinearizability(t *testing.T, name string, nodes []*haNode, seed uint64,
 				downUntil[i] = now.Add(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
 				kills++
 			}
-		case p < 45 && faults.etcd != nil && etcdDown < 0: // stop an etcd member for 0.5–3 s
+		case p < 18 && faults.etcd != nil && etcdDown < 0: // stop an etcd member for 0.5–3 s
 			etcdDown = rng.IntN(faults.etcd.Size())
 			faults.etcd.Stop(etcdDown)
 			etcdUntil = now.Add(time.Duration(500+rng.IntN(2500)) * time.Millisecond)
@@ -396,6 +405,11 @@ func runLinearizability(t *testing.T, name string, nodes []*haNode, seed uint64,
 	answers := r.answers
 	r.mu.Unlock()
 	checkNoLostWrite(t, ops, finalValues, finalLog)
+	for ni := range finalLog {
+		if finalLog[ni] != finalLog[0] {
+			t.Errorf("instance %d ends with %d update-log entries, instance 0 with %d", ni, finalLog[ni], finalLog[0])
+		}
+	}
 
 	unknown := 0
 	for _, op := range ops {
@@ -403,15 +417,72 @@ func runLinearizability(t *testing.T, name string, nodes []*haNode, seed uint64,
 			unknown++
 		}
 	}
+	ops, patched := patchUnknown(ops, finalLog[0])
 	start := time.Now()
-	res, viz, err := checkHistory(ops, 2*time.Minute)
-	t.Logf("%s: seed %d: %d operations in %v (%d of unknown outcome), %d SIGKILLs, %d etcd member stops; porcupine: %s in %v",
-		name, seed, len(ops), load.Round(time.Millisecond), unknown, kills, etcdStops, res, time.Since(start).Round(time.Millisecond))
+	res, viz, err := checkHistory(ops, time.Minute)
+	t.Logf("%s: seed %d: %d operations in %v (%d of unknown outcome; %s), %d SIGKILLs, %d etcd member stops; porcupine: %s in %v",
+		name, seed, len(ops), load.Round(time.Millisecond), unknown, patched, kills, etcdStops, res, time.Since(start).Round(time.Millisecond))
 	t.Logf("%s: answers %v", name, answers)
 	logFigures(t, name, r, load)
+	if res == porcupine.Unknown {
+		t.Fatalf("%s: porcupine did not finish within a minute (replay with -ha.seed %d; fewer operations: -ha.maxops); visualization: %s %v", name, seed, viz, err)
+	}
 	if res != porcupine.Ok {
 		t.Fatalf("%s: the history is not linearizable (%s; replay with -ha.seed %d); visualization: %s %v", name, res, seed, viz, err)
 	}
+}
+
+// patchUnknown narrows writes of unknown outcome (as etcd's robustness
+// tests do), so that the check stays fast; both steps are sound:
+//   - a secret write whose unique value a read returned took effect before
+//     that read returned: its return time becomes the earliest such read's;
+//   - the final update log (read after all faults, the same at every
+//     instance) has one entry per applied change: if the acknowledged
+//     changes and the observed unknown ones account for all of them, no
+//     other unknown write took effect, and those are dropped.
+//
+// Otherwise the unknown writes stay open until infinity.
+func patchUnknown(ops []porcupine.Operation, finalLog int) ([]porcupine.Operation, string) {
+	firstSeen := map[string]int64{}
+	acked := 0
+	for _, op := range ops {
+		in, out := op.Input.(mInput), op.Output.(mOutput)
+		if in.Op == opGetSecret && !out.Unknown && out.Value != "" {
+			if r, ok := firstSeen[out.Value]; !ok || op.Return < r {
+				firstSeen[out.Value] = op.Return
+			}
+		}
+		if (in.Op == opSetSecret || in.Op == opSetSVN) && out.OK && !out.Unknown {
+			acked++
+		}
+	}
+	observed, open := 0, 0
+	for i, op := range ops {
+		in, out := op.Input.(mInput), op.Output.(mOutput)
+		if !out.Unknown || in.Op != opSetSecret {
+			continue
+		}
+		if r, ok := firstSeen[in.Value]; ok {
+			ops[i].Return = max(r, op.Call)
+			ops[i].Output = mOutput{Unknown: true, HTTP: out.HTTP}
+			observed++
+		}
+	}
+	for _, op := range ops {
+		if op.Output.(mOutput).Unknown && op.Return == unknownReturn && op.Input.(mInput).Op != opSetManifest {
+			open++
+		}
+	}
+	if open == 0 || finalLog != modelLogAfterManifest+acked+observed {
+		return ops, fmt.Sprintf("%d bounded by a read, %d left open", observed, open)
+	}
+	kept := ops[:0]
+	for _, op := range ops {
+		if !(op.Output.(mOutput).Unknown && op.Return == unknownReturn && op.Input.(mInput).Op != opSetManifest) {
+			kept = append(kept, op)
+		}
+	}
+	return kept, fmt.Sprintf("%d bounded by a read, %d not applied per the final log, dropped", observed, open)
 }
 
 // mustRead reads through node ni until it answers (instances may still be
