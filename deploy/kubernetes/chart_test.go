@@ -148,7 +148,8 @@ type rendered struct {
 	ports     map[string]float64 // container port name → number
 	mounts    map[string]string  // volume name → mount path
 	cfg       config.Config
-	looked    map[string]bool // names config.Load looked up
+	looked    map[string]bool   // names config.Load looked up
+	fieldRefs map[string]string // env filled in by Kubernetes → a sample value
 }
 
 func render(t *testing.T, objs []obj) rendered {
@@ -157,7 +158,7 @@ func render(t *testing.T, objs []obj) rendered {
 	if len(sts) != 1 {
 		t.Fatalf("%d StatefulSets", len(sts))
 	}
-	r := rendered{sts: sts[0], env: map[string]string{}, ports: map[string]float64{}, mounts: map[string]string{}, looked: map[string]bool{}}
+	r := rendered{sts: sts[0], env: map[string]string{}, ports: map[string]float64{}, mounts: map[string]string{}, looked: map[string]bool{}, fieldRefs: map[string]string{}}
 	containers := list(r.sts, "spec", "template", "spec", "containers")
 	if len(containers) != 1 {
 		t.Fatalf("%d containers", len(containers))
@@ -167,6 +168,14 @@ func render(t *testing.T, objs []obj) rendered {
 		name := str(e, "name")
 		if _, dup := r.env[name]; dup {
 			t.Errorf("env %s set twice", name)
+		}
+		if ref := str(e, "valueFrom", "fieldRef", "fieldPath"); ref != "" {
+			// Filled in by Kubernetes; $(NAME) in later values refers to it.
+			if ref != "status.podIP" {
+				t.Errorf("env %s from %s", name, ref)
+			}
+			r.fieldRefs[name] = "10.1.2.3"
+			continue
 		}
 		r.env[name] = str(e, "value")
 	}
@@ -179,6 +188,9 @@ func render(t *testing.T, objs []obj) rendered {
 	// File settings point into mounted Secrets; give config.Load files.
 	env := map[string]string{}
 	for k, v := range r.env {
+		for ref, sample := range r.fieldRefs { // Kubernetes' $(NAME) expansion
+			v = strings.ReplaceAll(v, "$("+ref+")", sample)
+		}
 		env[k] = v
 		if strings.HasPrefix(v, "/etc/") {
 			p := filepath.Join(t.TempDir(), filepath.Base(v))
@@ -230,7 +242,7 @@ func TestChartDefault(t *testing.T) {
 		t.Error("a ServiceMonitor without serviceMonitor.enabled")
 	}
 	for _, k := range []string{"QUARRY_STORE", "QUARRY_ETCD_ENDPOINTS", "QUARRY_ETCD_PREFIX", "QUARRY_ETCD_CA",
-		"QUARRY_ETCD_CERT", "QUARRY_ETCD_KEY", "QUARRY_INSECURE_PEER_TRUST"} {
+		"QUARRY_ETCD_CERT", "QUARRY_ETCD_KEY", "QUARRY_INSECURE_PEER_TRUST", "QUARRY_PEER_ADDR", "QUARRY_PEER_ADVERTISE_ADDR", "POD_IP"} {
 		if _, ok := r.env[k]; ok {
 			t.Errorf("%s set without ha.enabled", k)
 		}
@@ -257,7 +269,11 @@ func TestChartHA(t *testing.T) {
 		t.Errorf("volumeClaimTemplates with etcd: %v", vct)
 	}
 	want := map[string]string{"QUARRY_STORE": "etcd", "QUARRY_ETCD_ENDPOINTS": "https://etcd-0.etcd:2379,https://etcd-1.etcd:2379",
-		"QUARRY_ETCD_PREFIX": "/quarry/", "QUARRY_INSECURE_PEER_TRUST": "1"}
+		"QUARRY_ETCD_PREFIX": "/quarry/", "QUARRY_INSECURE_PEER_TRUST": "1",
+		"QUARRY_PEER_ADDR": ":2003", "QUARRY_PEER_ADVERTISE_ADDR": "$(POD_IP):2003"}
+	if r.ports["peer"] != port(t, r.cfg.Store.PeerAddr) {
+		t.Errorf("peer port %v, QUARRY_PEER_ADDR %q", r.ports["peer"], r.cfg.Store.PeerAddr)
+	}
 	if !r.cfg.Store.InsecurePeerTrust {
 		t.Error("ha.insecurePeerTrust=true does not reach the configuration")
 	}
