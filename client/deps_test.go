@@ -11,6 +11,7 @@ import (
 var attestLeaves = map[string]bool{
 	"internal/attest":                 true,
 	"internal/attest/sgxquote":        true,
+	"internal/attest/tdxquote":        true,
 	"internal/attest/pck":             true,
 	"internal/attest/dcap":            true,
 	"internal/attest/collateral":      true,

@@ -122,3 +122,14 @@ func (p Package) acceptedStatusKnown(status string) bool {
 	return slices.ContainsFunc(tcbStatuses, eq) || (p.IsTDX() && slices.ContainsFunc(tdxTCBStatuses, eq))
 }
 
+// ValidatePackages runs only the checks of the Packages section (SGX and
+// TDX fields, value formats), for callers that describe one expected
+// enclave or TD outside a manifest (the SDK's era config).
+func (m *Manifest) ValidatePackages() error {
+	for _, check := range []func() *ValidationError{m.checkPackages, m.checkTDXPackages, m.checkPackageValues} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

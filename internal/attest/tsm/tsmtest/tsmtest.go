@@ -27,7 +27,7 @@ type QuoteFunc func(reportData [64]byte) []byte
 // Kernel is a fake report directory.
 type Kernel struct {
 	// Dir is the report directory to give the issuer.
-	Dir string
+	Dir         string
 	provider    string
 	extraWrites int
 
