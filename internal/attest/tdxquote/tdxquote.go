@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/quarry-cc/quarry/internal/attest/quotereader"
 	"github.com/quarry-cc/quarry/internal/attest/sgxquote"
 )
 
@@ -103,24 +104,24 @@ func (r *TDReport) ModuleMajor() uint8 { return r.TEETCBSVN[1] }
 // ModuleSVN returns the TDX module's SVN (TEE_TCB_SVN[0]).
 func (r *TDReport) ModuleSVN() uint8 { return r.TEETCBSVN[0] }
 
-func (r *TDReport) parse(rd *reader, size int) {
-	rd.array(r.TEETCBSVN[:], "TEE_TCB_SVN")
-	rd.array(r.MRSEAM[:], "MRSEAM")
-	rd.array(r.MRSIGNERSEAM[:], "MRSIGNERSEAM")
-	rd.array(r.SEAMAttributes[:], "SEAMATTRIBUTES")
-	rd.array(r.TDAttributes[:], "TDATTRIBUTES")
-	rd.array(r.XFAM[:], "XFAM")
-	rd.array(r.MRTD[:], "MRTD")
-	rd.array(r.MRCONFIGID[:], "MRCONFIGID")
-	rd.array(r.MROWNER[:], "MROWNER")
-	rd.array(r.MROWNERCONFIG[:], "MROWNERCONFIG")
+func (r *TDReport) parse(rd *quotereader.Reader, size int) {
+	rd.Array(r.TEETCBSVN[:], "TEE_TCB_SVN")
+	rd.Array(r.MRSEAM[:], "MRSEAM")
+	rd.Array(r.MRSIGNERSEAM[:], "MRSIGNERSEAM")
+	rd.Array(r.SEAMAttributes[:], "SEAMATTRIBUTES")
+	rd.Array(r.TDAttributes[:], "TDATTRIBUTES")
+	rd.Array(r.XFAM[:], "XFAM")
+	rd.Array(r.MRTD[:], "MRTD")
+	rd.Array(r.MRCONFIGID[:], "MRCONFIGID")
+	rd.Array(r.MROWNER[:], "MROWNER")
+	rd.Array(r.MROWNERCONFIG[:], "MROWNERCONFIG")
 	for i := range r.RTMR {
-		rd.array(r.RTMR[i][:], fmt.Sprintf("RTMR%d", i))
+		rd.Array(r.RTMR[i][:], fmt.Sprintf("RTMR%d", i))
 	}
-	rd.array(r.ReportData[:], "REPORTDATA")
+	rd.Array(r.ReportData[:], "REPORTDATA")
 	if size == TDReport15Size {
-		rd.array(r.TEETCBSVN2[:], "TEE_TCB_SVN2")
-		rd.array(r.MRSERVICETD[:], "MRSERVICETD")
+		rd.Array(r.TEETCBSVN2[:], "TEE_TCB_SVN2")
+		rd.Array(r.MRSERVICETD[:], "MRSERVICETD")
 	}
 }
 
@@ -194,18 +195,18 @@ func Parse(b []byte) (*Quote, error) {
 		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrFormat, len(b), MaxQuoteSize)
 	}
 	raw := bytes.Clone(b)
-	r := &reader{b: raw}
+	r := &quotereader.Reader{B: raw, Format: ErrFormat}
 	q := &Quote{}
 	h := &q.Header
-	h.Version = r.u16("version")
-	h.AttKeyType = r.u16("attestation key type")
-	h.TEEType = r.u32("TEE type")
-	h.QESVN = r.u16("reserved")
-	h.PCESVN = r.u16("reserved")
-	r.array(h.QEVendorID[:], "QE vendor ID")
-	r.array(h.UserData[:], "user data")
-	if r.err != nil {
-		return nil, r.err
+	h.Version = r.U16("version")
+	h.AttKeyType = r.U16("attestation key type")
+	h.TEEType = r.U32("TEE type")
+	h.QESVN = r.U16("reserved")
+	h.PCESVN = r.U16("reserved")
+	r.Array(h.QEVendorID[:], "QE vendor ID")
+	r.Array(h.UserData[:], "user data")
+	if r.Err != nil {
+		return nil, r.Err
 	}
 	if h.Version != Version4 && h.Version != Version5 {
 		return nil, fmt.Errorf("%w: version %d (want 4 or 5 for TDX)", ErrUnsupported, h.Version)
@@ -220,10 +221,10 @@ func Parse(b []byte) (*Quote, error) {
 	size := TDReport10Size
 	q.BodyType = BodyTypeTD10
 	if h.Version == Version5 {
-		q.BodyType = r.u16("body type")
-		declared := r.u32("body size")
-		if r.err != nil {
-			return nil, r.err
+		q.BodyType = r.U16("body type")
+		declared := r.U32("body size")
+		if r.Err != nil {
+			return nil, r.Err
 		}
 		switch q.BodyType {
 		case BodyTypeTD10:
@@ -237,18 +238,18 @@ func Parse(b []byte) (*Quote, error) {
 		}
 	}
 	q.Body.parse(r, size)
-	if r.err != nil {
-		return nil, r.err
+	if r.Err != nil {
+		return nil, r.Err
 	}
-	q.signed = raw[:r.off:r.off]
-	sigLen := r.u32("signature data length")
-	if r.err != nil {
-		return nil, r.err
+	q.signed = raw[:r.Off:r.Off]
+	sigLen := r.U32("signature data length")
+	if r.Err != nil {
+		return nil, r.Err
 	}
-	if uint64(sigLen) > uint64(r.remaining()) {
-		return nil, fmt.Errorf("%w: signature data length %d, but only %d bytes follow", ErrFormat, sigLen, r.remaining())
+	if uint64(sigLen) > uint64(r.Remaining()) {
+		return nil, fmt.Errorf("%w: signature data length %d, but only %d bytes follow", ErrFormat, sigLen, r.Remaining())
 	}
-	end := r.off + int(sigLen)
+	end := r.Off + int(sigLen)
 	for i, c := range raw[end:] {
 		if c != 0 {
 			return nil, fmt.Errorf("%w: non-zero byte %#02x at offset %d after the quote's declared end %d", ErrFormat, c, end+i, end)
@@ -257,81 +258,28 @@ func Parse(b []byte) (*Quote, error) {
 	q.Padding = len(raw) - end
 	raw = raw[:end:end]
 	q.raw = raw
-	r.b = raw
+	r.B = raw
 
-	r.array(q.Signature[:], "quote signature")
-	r.array(q.AttestationKey[:], "attestation key")
-	outerType, outer := r.certData("quote")
-	if r.err != nil {
-		return nil, r.err
+	r.Array(q.Signature[:], "quote signature")
+	r.Array(q.AttestationKey[:], "attestation key")
+	outerType, outer := r.CertData("quote")
+	if r.Err != nil {
+		return nil, r.Err
 	}
 	if outerType != sgxquote.CertTypeQEReport {
 		return nil, fmt.Errorf("%w: v%d certification data type %d (want 6, QE report certification data)", ErrUnsupported, h.Version, outerType)
 	}
-	in := &reader{b: outer}
-	in.array(q.QEReport[:], "QE report")
-	in.array(q.QEReportSignature[:], "QE report signature")
-	authLen := in.u16("QE authentication data size")
-	q.QEAuthData = in.take(int(authLen), "QE authentication data")
-	q.CertType, q.CertData = in.certData("QE report certification data")
-	if in.err != nil {
-		return nil, in.err
+	in := &quotereader.Reader{B: outer, Format: ErrFormat}
+	in.Array(q.QEReport[:], "QE report")
+	in.Array(q.QEReportSignature[:], "QE report signature")
+	authLen := in.U16("QE authentication data size")
+	q.QEAuthData = in.Take(int(authLen), "QE authentication data")
+	q.CertType, q.CertData = in.CertData("QE report certification data")
+	if in.Err != nil {
+		return nil, in.Err
 	}
 	if q.CertType < sgxquote.CertTypePPIDCleartext || q.CertType > sgxquote.CertTypePCKChain {
 		return nil, fmt.Errorf("%w: certification data type %d inside type 6 (want 1–5)", ErrUnsupported, q.CertType)
 	}
 	return q, nil
-}
-
-// reader reads little-endian fields and remembers the first error.
-type reader struct {
-	b   []byte
-	off int
-	err error
-}
-
-func (r *reader) remaining() int { return len(r.b) - r.off }
-
-func (r *reader) take(n int, what string) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if n < 0 || n > r.remaining() {
-		r.err = fmt.Errorf("%w: %s: need %d bytes at offset %d, %d remain", ErrFormat, what, n, r.off, r.remaining())
-		return nil
-	}
-	s := r.b[r.off : r.off+n : r.off+n]
-	r.off += n
-	return s
-}
-
-func (r *reader) array(dst []byte, what string) { copy(dst, r.take(len(dst), what)) }
-
-func (r *reader) u16(what string) uint16 {
-	if s := r.take(2, what); s != nil {
-		return binary.LittleEndian.Uint16(s)
-	}
-	return 0
-}
-
-func (r *reader) u32(what string) uint32 {
-	if s := r.take(4, what); s != nil {
-		return binary.LittleEndian.Uint32(s)
-	}
-	return 0
-}
-
-// certData reads (u16 type, u32 size, data) that must end exactly at the end
-// of r.
-func (r *reader) certData(where string) (uint16, []byte) {
-	typ := r.u16(where + ": certification data type")
-	size := r.u32(where + ": certification data size")
-	if r.err != nil {
-		return 0, nil
-	}
-	if rem := r.remaining(); uint64(size) != uint64(rem) {
-		r.err = fmt.Errorf("%w: %s: certification data size %d, but %d bytes follow", ErrFormat, where, size, rem)
-		return 0, nil
-	}
-	return typ, r.take(int(size), where+": certification data")
 }
