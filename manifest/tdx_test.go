@@ -92,3 +92,24 @@ func TestTDXPackageValidation(t *testing.T) {
 		t.Error("SGX package accepts TDRelaunchAdvised")
 	}
 }
+
+// TestTDXPackageUpdate: a package update neither carries TDX measurements
+// nor gives a TDX package a SecurityVersion.
+func TestTDXPackageUpdate(t *testing.T) {
+	m, err := Parse([]byte(tdxManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, upd := range map[string]map[string]Package{
+		"SecurityVersion for a TDX package": {"td": {SecurityVersion: ptr(uint(3))}},
+		"TDX measurements in an update":     {"enclave": {SecurityVersion: ptr(uint(3)), TDXMeasurements: TDXMeasurements{MRTD: mrtdHex}}},
+	} {
+		err := (&Manifest{Packages: upd}).ValidatePackageUpdate(m.Packages)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if err := (&Manifest{Packages: map[string]Package{"enclave": {SecurityVersion: ptr(uint(3))}}}).ValidatePackageUpdate(m.Packages); err != nil {
+		t.Errorf("SGX update: %v", err)
+	}
+}
