@@ -57,7 +57,7 @@
 //
 // Dependencies: the SDK imports only the wire contract (api/...), the
 // manifest model and, as the one exception, the pure leaf packages of quote
-// verification under internal/attest (sgxquote, pck, dcap, collateral,
+// verification under internal/attest (sgxquote, tdxquote, quotereader, pck, dcap, collateral,
 // collateral/pccs, policy, tcbstatus). Those import neither the server nor
 // a logger, so SDK users never compile the Coordinator.
 package client

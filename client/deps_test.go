@@ -11,6 +11,8 @@ import (
 var attestLeaves = map[string]bool{
 	"internal/attest":                 true,
 	"internal/attest/sgxquote":        true,
+	"internal/attest/tdxquote":        true,
+	"internal/attest/quotereader":     true,
 	"internal/attest/pck":             true,
 	"internal/attest/dcap":            true,
 	"internal/attest/collateral":      true,

@@ -61,6 +61,10 @@ type EraConfig struct {
 	Debug               bool     `json:",omitempty"`
 	AcceptedTCBStatuses []string `json:",omitempty"`
 	AcceptedAdvisories  []string `json:",omitempty"`
+	// TDXMeasurements, when set, expect a Coordinator in a TDX guest with
+	// these TD measurements (MRTD, RTMR0–3, …; see docs/tdx.md) instead
+	// of an SGX enclave.
+	manifest.TDXMeasurements
 }
 
 // ParseEraConfig decodes an era config file. Unknown members are an error
@@ -103,6 +107,9 @@ func ReadEraConfig(path string) (EraConfig, error) {
 // or SignerID with ProductID and SecurityVersion; that IDs are 32-byte hex;
 // and that the TCB statuses are Intel's names.
 func (c EraConfig) Validate() error {
+	if (manifest.Package{TDXMeasurements: c.TDXMeasurements}).IsTDX() {
+		return c.validateTDX()
+	}
 	var errs []error
 	for _, id := range []struct{ name, value string }{{"UniqueID", c.UniqueID}, {"SignerID", c.SignerID}} {
 		if id.value == "" {
@@ -227,8 +234,12 @@ func (d *DCAPVerifier) VerifyQuote(ctx context.Context, quote []byte, reportData
 		SignerID: e.SignerID,
 		// MarbleRun: Debug true accepts debug and production enclaves.
 		Debug:               e.Debug && res.Report.Debug(),
+		TDXMeasurements:     e.TDXMeasurements,
 		AcceptedTCBStatuses: e.AcceptedTCBStatuses,
 		AcceptedAdvisories:  e.AcceptedAdvisories,
+	}
+	if res.TDX != nil {
+		pkg.Debug = e.Debug && res.TDX.Report.Debug()
 	}
 	if e.ProductID != 0 {
 		id := uint64(e.ProductID)

@@ -55,6 +55,8 @@ type Package struct {
 	SecurityVersion     *uint    `json:",omitempty"`
 	AcceptedTCBStatuses []string `json:",omitempty"`
 	AcceptedAdvisories  []string `json:",omitempty"`
+	// TDXMeasurements make the package describe a TDX guest (tdx.go).
+	TDXMeasurements
 }
 
 // Infrastructure holds infrastructure properties. They are stored but, as in

@@ -45,6 +45,10 @@ func (m *Manifest) ValidatePackageUpdate(current map[string]Package) error {
 			return m.updateError(name, "SignerID", "update manifest contains unupdatable values")
 		case p.ProductID != nil:
 			return m.updateError(name, "ProductID", "update manifest contains unupdatable values")
+		case p.IsTDX():
+			return m.updateError(name, "MRTD", "update manifest contains unupdatable values (TDX measurements)")
+		case current[name].IsTDX():
+			return m.updateError(name, "SecurityVersion", "package %s describes a TDX guest, which has no SecurityVersion to update", name)
 		case p.SecurityVersion == nil:
 			return m.updateError(name, "SecurityVersion", "update manifest does not specify a SecurityVersion to update")
 		case uint64(*p.SecurityVersion) > maxSGXField:

@@ -143,6 +143,7 @@ func (m *Manifest) Validate() error {
 		m.checkNames,
 		m.checkMarblePackages,
 		m.checkPackages,
+		m.checkTDXPackages,
 		m.checkPackageValues,
 		m.checkMarbleTLS,
 		m.checkTLSIncoming,
@@ -245,7 +246,7 @@ func (m *Manifest) checkMarblePackages() *ValidationError {
 func (m *Manifest) checkPackages() *ValidationError {
 	for _, name := range sorted(m.Packages) {
 		p := m.Packages[name]
-		if p.Debug {
+		if p.Debug || p.IsTDX() {
 			continue
 		}
 		if p.UniqueID != "" {
@@ -292,7 +293,7 @@ func (m *Manifest) checkPackageValues() *ValidationError {
 			return invalid(sectionPackages, name, "SecurityVersion", "invalid SecurityVersion in package %s: %d is outside the SGX range 0 to %d", name, *p.SecurityVersion, maxSGXField)
 		}
 		for _, status := range p.AcceptedTCBStatuses {
-			if !slices.ContainsFunc(tcbStatuses, func(s string) bool { return strings.EqualFold(s, status) }) {
+			if !p.acceptedStatusKnown(status) {
 				return invalid(sectionPackages, name, "AcceptedTCBStatuses", "unknown TCB status %s in AcceptedTCBStatuses of package %s: want one of %s",
 					quoteClipped(status), name, strings.Join(tcbStatuses, ", "))
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/attest/gramine"
+	"github.com/quarry-cc/quarry/internal/attest/tsm"
 	"github.com/quarry-cc/quarry/marble"
 )
 
@@ -24,6 +25,7 @@ const (
 	envUUIDFile    = "EDG_MARBLE_UUID_FILE"
 	envAttestation = "QUARRY_ATTESTATION"
 	envGramineDir  = "QUARRY_GRAMINE_ATTESTATION_DIR"
+	envTSMDir      = "QUARRY_TSM_REPORT_DIR" // configfs-tsm report directory; tests only
 	envOESim       = "OE_SIMULATION"
 	envAttempts    = "QUARRY_ACTIVATION_ATTEMPTS"
 	envRetryDelay  = "QUARRY_ACTIVATION_RETRY_DELAY"
@@ -33,6 +35,7 @@ const (
 const (
 	attestAuto       = "auto"
 	attestGramine    = "gramine"
+	attestTDX        = "tdx"
 	attestSimulation = "simulation"
 )
 
@@ -158,6 +161,10 @@ func (p premain) issuer(getenv func(string) string) (marble.Issuer, error) {
 	if dir == "" {
 		dir = gramine.DefaultDir
 	}
+	tsmDir := getenv(envTSMDir)
+	if tsmDir == "" {
+		tsmDir = tsm.DefaultDir
+	}
 	var oeSim bool
 	switch s := getenv(envOESim); s {
 	case "", "0":
@@ -181,11 +188,28 @@ func (p premain) issuer(getenv func(string) string) (marble.Issuer, error) {
 			return nil, &configError{envAttestation, fmt.Sprintf("gramine: Gramine's attestation type is %q; DCAP is needed (sgx.remote_attestation = \"dcap\")", typ)}
 		}
 		return &gramine.Issuer{Dir: dir}, nil
+	case attestTDX:
+		if oeSim {
+			return nil, &configError{envAttestation, "tdx contradicts OE_SIMULATION=1; unset one of them"}
+		}
+		provider, err := tsm.Detect(tsmDir)
+		if err != nil {
+			return nil, &configError{envAttestation, fmt.Sprintf("tdx: %v (is the Marble running in a TDX guest with configfs-tsm, Linux 6.7 or later?)", err)}
+		}
+		if provider != tsm.ProviderTDX {
+			return nil, &configError{envAttestation, fmt.Sprintf("tdx: the configfs-tsm provider is %q, not %s", provider, tsm.ProviderTDX)}
+		}
+		return &tsm.Issuer{Dir: tsmDir}, nil
 	case attestAuto:
 		if oeSim {
 			return nil, nil
 		}
 		typ, err := gramine.Detect(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			if provider, terr := tsm.Detect(tsmDir); terr == nil && provider == tsm.ProviderTDX {
+				return &tsm.Issuer{Dir: tsmDir}, nil
+			}
+		}
 		switch {
 		case err == nil && typ == gramine.TypeDCAP:
 			return &gramine.Issuer{Dir: dir}, nil
@@ -198,7 +222,7 @@ func (p premain) issuer(getenv func(string) string) (marble.Issuer, error) {
 			return nil, &configError{envGramineDir, err.Error()}
 		}
 	default:
-		return nil, &configError{envAttestation, fmt.Sprintf("%q is not auto, gramine or simulation", mode)}
+		return nil, &configError{envAttestation, fmt.Sprintf("%q is not auto, gramine, tdx or simulation", mode)}
 	}
 }
 

@@ -53,6 +53,7 @@ func newHarness(t *testing.T, coordAddr string) *harness {
 		"EDG_MARBLE_COORDINATOR_ADDR=" + coordAddr,
 		"EDG_MARBLE_UUID_FILE=" + filepath.Join(dir, "uuid"),
 		"QUARRY_GRAMINE_ATTESTATION_DIR=" + filepath.Join(dir, "no-attestation"),
+		"QUARRY_TSM_REPORT_DIR=" + filepath.Join(dir, "no-tsm"),
 		"QUARRY_ACTIVATION_RETRY_DELAY=10ms",
 	}
 	return h

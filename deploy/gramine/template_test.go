@@ -77,10 +77,11 @@ var envPolicy = map[string]envRule{
 	"QUARRY_METRICS_MARBLE_UUID_LABEL": {kind: passthrough},
 	"QUARRY_READY_IN_RECOVERY":         {kind: passthrough},
 	// Never from the host.
-	"QUARRY_SGX_ROOT_CA":   {kind: absent},
-	"OE_SIMULATION":        {kind: absent},
-	"EDG_CWD":              {kind: absent},
-	"EDG_STARTUP_MANIFEST": {kind: absent},
+	"QUARRY_SGX_ROOT_CA":    {kind: absent},
+	"QUARRY_TSM_REPORT_DIR": {kind: absent},
+	"OE_SIMULATION":         {kind: absent},
+	"EDG_CWD":               {kind: absent},
+	"EDG_STARTUP_MANIFEST":  {kind: absent},
 	// The etcd store: not in the enclave until instances on several
 	// machines can share the data key (docs/ha.md); the file store is used.
 	"QUARRY_STORE":               {kind: absent},

@@ -15,6 +15,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/attest/collateral/pccs"
 	"github.com/quarry-cc/quarry/internal/attest/dcap"
 	"github.com/quarry-cc/quarry/internal/attest/gramine"
+	"github.com/quarry-cc/quarry/internal/attest/tsm"
 	"github.com/quarry-cc/quarry/internal/config"
 	"github.com/quarry-cc/quarry/internal/core"
 )
@@ -36,8 +37,24 @@ func (a *App) issuer() (attest.Issuer, error) {
 		}
 		a.log.Info("attestation: Gramine DCAP quotes", "dir", dir)
 		return &gramine.Issuer{Dir: dir}, nil
+	case config.AttestationTDX:
+		provider, err := tsm.Detect(a.cfg.TSMReportDir)
+		if err != nil {
+			return nil, fmt.Errorf("attestation tdx: %w (is the Coordinator running in a TDX guest with configfs-tsm, Linux 6.7 or later?)", err)
+		}
+		if provider != tsm.ProviderTDX {
+			return nil, fmt.Errorf("attestation tdx: the configfs-tsm provider is %q, not %s", provider, tsm.ProviderTDX)
+		}
+		a.log.Info("attestation: TDX quotes through configfs-tsm", "dir", a.cfg.TSMReportDir)
+		return &tsm.Issuer{Dir: a.cfg.TSMReportDir}, nil
 	case config.AttestationAuto:
 		typ, err := gramine.Detect(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			if provider, terr := tsm.Detect(a.cfg.TSMReportDir); terr == nil && provider == tsm.ProviderTDX {
+				a.log.Info("attestation: TDX guest detected (configfs-tsm)", "dir", a.cfg.TSMReportDir)
+				return &tsm.Issuer{Dir: a.cfg.TSMReportDir}, nil
+			}
+		}
 		switch {
 		case err == nil && typ == gramine.TypeDCAP:
 			a.log.Info("attestation: Gramine DCAP detected", "dir", dir)

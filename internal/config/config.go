@@ -58,10 +58,17 @@ const (
 	AttestationSimulation = "simulation"
 	// AttestationGramine: quotes from Gramine's /dev/attestation files.
 	AttestationGramine = "gramine"
-	// AttestationAuto: Gramine if its attestation type is dcap, else
-	// simulation.
+	// AttestationAuto: Gramine if its attestation type is dcap, else TDX
+	// if configfs-tsm has the tdx_guest provider, else simulation.
 	AttestationAuto = "auto"
+	// AttestationTDX: TDX quotes from the kernel's configfs-tsm report
+	// interface inside a TDX guest.
+	AttestationTDX = "tdx"
 )
+
+// DefaultTSMReportDir is the kernel's configfs-tsm report directory;
+// QUARRY_TSM_REPORT_DIR overrides it for tests only.
+const DefaultTSMReportDir = "/sys/kernel/config/tsm/report"
 
 // ErrHelp is returned by Load when help was requested; the usage text has
 // been written to the output already.
@@ -129,6 +136,9 @@ type Config struct {
 	// GramineDir is Gramine's attestation directory (attestation_type,
 	// user_report_data, quote).
 	GramineDir string
+	// TSMReportDir is the configfs-tsm report directory (TDX); set from
+	// QUARRY_TSM_REPORT_DIR for tests only, no flag.
+	TSMReportDir string
 	// CollateralFile is a DCAP collateral source: a JSON file in dcap-qvl's
 	// QuoteCollateralV3 shape, or a directory of PCS/PCCS responses. Empty
 	// means none.
@@ -213,7 +223,8 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	fs.Var((*switchFlag)(&readyInRecovery), "ready-in-recovery",
 		"answer the readiness probes (/readyz, /api/v2/readyz) with 200 in recovery mode too, so that a load balancer keeps sending the recovery requests (--ready-in-recovery, or =1 / =0); off: 503 in recovery mode [QUARRY_READY_IN_RECOVERY]")
 	fs.StringVar(&c.Attestation, "attestation", env("QUARRY_ATTESTATION", AttestationSimulation),
-		"how the Coordinator obtains its quotes: simulation (none: quote null), gramine (/dev/attestation), or auto (gramine when its attestation type is dcap, else simulation); OE_SIMULATION=1 means simulation [QUARRY_ATTESTATION]")
+		"how the Coordinator obtains its quotes: simulation (none: quote null), gramine (/dev/attestation), tdx (configfs-tsm in a TDX guest), or auto (gramine when its attestation type is dcap, else tdx when configfs-tsm has the tdx_guest provider, else simulation); OE_SIMULATION=1 means simulation [QUARRY_ATTESTATION]")
+	c.TSMReportDir = env("QUARRY_TSM_REPORT_DIR", DefaultTSMReportDir)
 	fs.StringVar(&c.GramineDir, "gramine-dir", env("QUARRY_GRAMINE_ATTESTATION_DIR", DefaultGramineDir),
 		"Gramine's attestation directory [QUARRY_GRAMINE_ATTESTATION_DIR]")
 	fs.StringVar(&c.CollateralFile, "collateral-file", env("QUARRY_COLLATERAL_FILE", ""),
@@ -339,12 +350,12 @@ func (c Config) validateAttestation() []error {
 	var errs []error
 	switch c.Attestation {
 	case AttestationSimulation, AttestationAuto:
-	case AttestationGramine:
+	case AttestationGramine, AttestationTDX:
 		if c.OESimulation {
-			errs = append(errs, errors.New("attestation [QUARRY_ATTESTATION]: gramine contradicts OE_SIMULATION=1; unset one of them"))
+			errs = append(errs, fmt.Errorf("attestation [QUARRY_ATTESTATION]: %s contradicts OE_SIMULATION=1; unset one of them", c.Attestation))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("attestation [QUARRY_ATTESTATION]: %q is not one of simulation, gramine, auto", c.Attestation))
+		errs = append(errs, fmt.Errorf("attestation [QUARRY_ATTESTATION]: %q is not one of simulation, gramine, tdx, auto", c.Attestation))
 	}
 	if c.Attestation != AttestationSimulation && c.GramineDir == "" {
 		errs = append(errs, errors.New("gramine-dir [QUARRY_GRAMINE_ATTESTATION_DIR]: must not be empty"))

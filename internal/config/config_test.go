@@ -31,6 +31,7 @@ func TestDefaults(t *testing.T) {
 		RecoveryTimeout:   30 * time.Minute,
 		Attestation:       "simulation",
 		GramineDir:        "/dev/attestation",
+		TSMReportDir:      DefaultTSMReportDir,
 
 		MaxSecrets:          10_000,
 		MaxSecretGeneration: 60 * time.Second,

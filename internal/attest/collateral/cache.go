@@ -21,6 +21,7 @@ type Cache struct {
 type cacheKey struct {
 	fmspc [6]byte
 	ca    CA
+	tdx   bool // TDX collateral (GetTDX)
 }
 
 type cacheEntry struct {
@@ -41,14 +42,17 @@ func NewCache(src Provider, now func() time.Time) *Cache {
 // Get returns cached collateral that is still before its nextUpdate, or
 // fetches it from the source.
 func (c *Cache) Get(ctx context.Context, fmspc [6]byte, ca CA) (*Collateral, error) {
-	key := cacheKey{fmspc, ca}
+	return c.get(ctx, cacheKey{fmspc: fmspc, ca: ca}, c.src.Get)
+}
+
+func (c *Cache) get(ctx context.Context, key cacheKey, fetch func(context.Context, [6]byte, CA) (*Collateral, error)) (*Collateral, error) {
 	c.mu.Lock()
 	e, ok := c.entries[key]
 	c.mu.Unlock()
 	if ok && c.now().Before(e.until) {
 		return e.c, nil
 	}
-	col, err := c.src.Get(ctx, fmspc, ca)
+	col, err := fetch(ctx, key.fmspc, key.ca)
 	if err != nil {
 		return nil, err
 	}

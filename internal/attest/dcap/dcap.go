@@ -27,6 +27,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/attest/pck"
 	"github.com/quarry-cc/quarry/internal/attest/sgxquote"
 	"github.com/quarry-cc/quarry/internal/attest/tcbstatus"
+	"github.com/quarry-cc/quarry/internal/attest/tdxquote"
 )
 
 // IntelRootCASHA256 is the SHA-256 of the DER of the Intel SGX Root CA
@@ -91,6 +92,12 @@ type Result struct {
 	// CollateralExpired is set when the verification time lies outside the
 	// collateral's validity; Verify then also returns ErrCollateralExpired.
 	CollateralExpired bool
+
+	// TDX is set for a TDX quote (and Report is then zero): the TD report,
+	// the module's identity and status. For TDX, Status merges the TDX
+	// level, module and QE statuses, and Advisories are those of the TDX
+	// level and the module level.
+	TDX *TDXResult
 }
 
 // FMSPC returns the platform's FMSPC from the PCK certificate.
@@ -109,6 +116,9 @@ func (v *Verifier) Verify(ctx context.Context, quote []byte) (*Result, error) {
 	}
 
 	// Step 1: parse and sanity-check the quote.
+	if tdxquote.IsTDX(quote) {
+		return v.verifyTDX(ctx, quote, now)
+	}
 	q, err := sgxquote.ParseAny(quote)
 	if err != nil {
 		if errors.Is(err, sgxquote.ErrUnsupported) {
@@ -116,105 +126,14 @@ func (v *Verifier) Verify(ctx context.Context, quote []byte) (*Result, error) {
 		}
 		return nil, fail(StepParse, ErrFormat, err)
 	}
-	if q.Header.QEVendorID != sgxquote.IntelQEVendorID() {
-		return nil, fail(StepParse, ErrUnsupported, fmt.Errorf("QE vendor ID %x is not Intel's", q.Header.QEVendorID))
-	}
-	chain, err := q.PCKChain()
+	c, err := v.verifyCommon(ctx, evidence{
+		vendor: q.Header.QEVendorID, chain: q.PCKChain, qeReport: &q.QEReport, qeReportSig: q.QEReportSignature[:],
+		attKey: q.AttestationKey[:], authData: q.QEAuthData, signed: q.SignedData(), sig: q.Signature[:],
+	}, now, v.Collateral)
 	if err != nil {
-		if errors.Is(err, sgxquote.ErrUnsupported) {
-			return nil, fail(StepParse, ErrUnsupported, err)
-		}
-		return nil, fail(StepPCKChain, ErrFormat, err)
+		return nil, err
 	}
-	if len(chain) != 3 {
-		return nil, fail(StepPCKChain, ErrBadChain, fmt.Errorf("%d certificates, want leaf, intermediate and root", len(chain)))
-	}
-	leaf, inter := chain[0], chain[1]
-
-	// Step 2: trust anchor.
-	root, err := v.anchor(chain[2])
-	if err != nil {
-		return nil, fail(StepRootCA, ErrUntrustedRoot, err)
-	}
-
-	// Step 5 (chain part): PCK leaf → intermediate → root, valid now.
-	if !strings.Contains(leaf.Subject.CommonName, cnPCKLeaf) {
-		return nil, fail(StepPCKChain, ErrBadChain, fmt.Errorf("leaf CN %q does not name a PCK certificate", leaf.Subject.CommonName))
-	}
-	var ca collateral.CA
-	switch inter.Subject.CommonName {
-	case cnProcessorCA:
-		ca = collateral.CAProcessor
-	case cnPlatformCA:
-		ca = collateral.CAPlatform
-	default:
-		return nil, fail(StepPCKChain, ErrBadChain, fmt.Errorf("intermediate CN %q is not a PCK CA", inter.Subject.CommonName))
-	}
-	if err := verifyChain(chain, root, now); err != nil {
-		return nil, fail(StepPCKChain, kindOf(err), err)
-	}
-	ext, err := pck.FromCertificate(leaf)
-	if err != nil {
-		return nil, fail(StepPCKChain, ErrFormat, err)
-	}
-
-	// Step 6: the PCK key signs the QE report.
-	pckKey, err := p256Key(leaf)
-	if err != nil {
-		return nil, fail(StepQEReportSig, ErrUnsupported, err)
-	}
-	if !verifyRaw(pckKey, q.QEReport[:], q.QEReportSignature[:]) {
-		return nil, fail(StepQEReportSig, ErrBadSignature, errors.New("QE report not signed by the PCK key"))
-	}
-
-	// Step 7: the QE report binds the attestation key.
-	h := sha256.New()
-	h.Write(q.AttestationKey[:])
-	h.Write(q.QEAuthData)
-	rd := q.QEReport.ReportData()
-	if !bytes.Equal(rd[:32], h.Sum(nil)) {
-		return nil, fail(StepQEBinding, ErrBinding, errors.New("SHA-256(attestation key ‖ QE auth data) differs from QE report data"))
-	}
-	if [32]byte(rd[32:]) != [32]byte{} {
-		return nil, fail(StepQEBinding, ErrBinding, errors.New("upper half of QE report data is not zero"))
-	}
-
-	// Step 9: the attestation key signs header and body.
-	ak, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), append([]byte{4}, q.AttestationKey[:]...))
-	if err != nil {
-		return nil, fail(StepISVSignature, ErrFormat, fmt.Errorf("attestation key: %w", err))
-	}
-	if !verifyRaw(ak, q.SignedData(), q.Signature[:]) {
-		return nil, fail(StepISVSignature, ErrBadSignature, errors.New("enclave report not signed by the attestation key"))
-	}
-
-	// Collateral for this platform.
-	if v.Collateral == nil {
-		return nil, fail(StepFetchCollateral, ErrCollateralUnavailable, errors.New("no collateral provider configured"))
-	}
-	col, err := v.Collateral.Get(ctx, ext.FMSPC, ca)
-	if err != nil {
-		return nil, fail(StepFetchCollateral, ErrCollateralUnavailable, err)
-	}
-	if col == nil {
-		return nil, fail(StepFetchCollateral, ErrCollateralUnavailable, errors.New("provider returned no collateral"))
-	}
-	var validity validity
-
-	// Step 2/5: root CA CRL; the intermediate must not be revoked.
-	if err := checkCRL(col.RootCACRL, root, &validity, "root CA CRL", now); err != nil {
-		return nil, fail(StepRootCACRL, kindOf(err), err)
-	}
-	if isRevoked(col.RootCACRL, inter) {
-		return nil, fail(StepRootCACRL, ErrRevoked, fmt.Errorf("%s (serial %x)", inter.Subject.CommonName, inter.SerialNumber))
-	}
-	// Step 5: PCK CRL; the leaf must not be revoked.
-	if err := checkCRL(col.PCKCRL, inter, &validity, "PCK CRL", now); err != nil {
-		return nil, fail(StepPCKCRL, kindOf(err), err)
-	}
-	if isRevoked(col.PCKCRL, leaf) {
-		return nil, fail(StepPCKCRL, ErrRevoked, fmt.Errorf("PCK certificate (serial %x)", leaf.SerialNumber))
-	}
+	col, root, ext, ca, validity := c.col, c.root, c.ext, c.ca, &c.validity
 
 	// Step 3: TCB info.
 	if err := checkSigned(col.TCBInfo, col.TCBInfoSignature, col.TCBInfoIssuerChain, root, col.RootCACRL, now); err != nil {

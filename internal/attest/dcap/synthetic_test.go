@@ -271,7 +271,7 @@ func TestSyntheticFailures(t *testing.T) {
 		{name: "truncated header", quote: good[:40], kind: dcap.ErrFormat, step: dcap.StepParse},
 		{name: "type-3 certification data", quote: pl.Quote(t, dcaptest.QuoteOptions{CertType: 3, CertData: make([]byte, 384)}), kind: dcap.ErrUnsupported, step: dcap.StepParse},
 		{name: "QE vendor not Intel", quote: flipAt(12), kind: dcap.ErrUnsupported, step: dcap.StepParse, text: "vendor"},
-		{name: "TDX TEE type", quote: func() []byte { q := pl.Quote(t, dcaptest.QuoteOptions{Version: 4}); q[4] = 0x81; return q }(), kind: dcap.ErrUnsupported, step: dcap.StepParse, text: "TDX"},
+		{name: "SGX body under TEE type TDX", quote: func() []byte { q := pl.Quote(t, dcaptest.QuoteOptions{Version: 4}); q[4] = 0x81; return q }(), kind: dcap.ErrFormat, step: dcap.StepParse, text: "tdxquote"},
 		// Roots and chains.
 		{name: "default pin rejects test root", v: func(v *dcap.Verifier) { v.RootCA = nil }, kind: dcap.ErrUntrustedRoot, step: dcap.StepRootCA},
 		{name: "other configured root", v: func(v *dcap.Verifier) { v.RootCA = other.PKI.Root }, kind: dcap.ErrUntrustedRoot, step: dcap.StepRootCA},

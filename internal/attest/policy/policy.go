@@ -43,6 +43,9 @@ var (
 //   - ProductID, when set, must equal ISVPRODID; SecurityVersion, when set,
 //     must not exceed ISVSVN.
 func Check(res *dcap.Result, pkg manifest.Package) error {
+	if err := checkTEE(res, pkg); err != nil {
+		return err
+	}
 	if err := checkStatus(res.Status, pkg.AcceptedTCBStatuses); err != nil {
 		return err
 	}
@@ -52,6 +55,9 @@ func Check(res *dcap.Result, pkg manifest.Package) error {
 				return fmt.Errorf("%w: %s (accepted: %v)", ErrAdvisory, a, pkg.AcceptedAdvisories)
 			}
 		}
+	}
+	if res.TDX != nil {
+		return checkTD(&res.TDX.Report, pkg)
 	}
 	r := &res.Report
 	if r.Debug() != pkg.Debug {
@@ -91,6 +97,9 @@ func checkStatus(status tcbstatus.Status, accepted []string) error {
 // Coordinator the whole 64-byte value.
 func CheckReportData(res *dcap.Result, want []byte) error {
 	rd := res.Report.ReportData()
+	if res.TDX != nil {
+		rd = res.TDX.Report.ReportData
+	}
 	if len(want) == 0 || len(want) > len(rd) {
 		return fmt.Errorf("%w: expected value has %d bytes, want 1 to %d", ErrReportData, len(want), len(rd))
 	}

@@ -9,10 +9,11 @@ package sgxquote
 import (
 	"bytes"
 	"crypto/x509"
-	"encoding/binary"
 	"encoding/pem"
 	"errors"
 	"fmt"
+
+	"github.com/quarry-cc/quarry/internal/attest/quotereader"
 )
 
 // Sizes of the fixed parts of a quote.
@@ -118,19 +119,19 @@ func (q *Quote) SignedData() []byte { return q.signed }
 // Parse parses a raw quote (no OE header). The whole input must be the quote.
 func Parse(b []byte) (*Quote, error) {
 	raw := bytes.Clone(b)
-	r := &reader{b: raw}
+	r := &quotereader.Reader{B: raw, Format: ErrFormat}
 	q := &Quote{raw: raw}
 
 	h := &q.Header
-	h.Version = r.u16("version")
-	h.AttKeyType = r.u16("attestation key type")
-	h.TEEType = r.u32("TEE type")
-	h.QESVN = r.u16("QE SVN")
-	h.PCESVN = r.u16("PCE SVN")
-	r.array(h.QEVendorID[:], "QE vendor ID")
-	r.array(h.UserData[:], "user data")
-	if r.err != nil {
-		return nil, r.err
+	h.Version = r.U16("version")
+	h.AttKeyType = r.U16("attestation key type")
+	h.TEEType = r.U32("TEE type")
+	h.QESVN = r.U16("QE SVN")
+	h.PCESVN = r.U16("PCE SVN")
+	r.Array(h.QEVendorID[:], "QE vendor ID")
+	r.Array(h.UserData[:], "user data")
+	if r.Err != nil {
+		return nil, r.Err
 	}
 	switch h.Version {
 	case Version3, Version4, Version5:
@@ -148,10 +149,10 @@ func Parse(b []byte) (*Quote, error) {
 	}
 
 	if h.Version == Version5 {
-		q.BodyType = r.u16("body type")
-		size := r.u32("body size")
-		if r.err != nil {
-			return nil, r.err
+		q.BodyType = r.U16("body type")
+		size := r.U32("body size")
+		if r.Err != nil {
+			return nil, r.Err
 		}
 		if q.BodyType != BodyTypeSGX {
 			return nil, fmt.Errorf("%w: v5 body type %d (want %d, SGX report)", ErrUnsupported, q.BodyType, BodyTypeSGX)
@@ -160,19 +161,19 @@ func Parse(b []byte) (*Quote, error) {
 			return nil, fmt.Errorf("%w: v5 SGX body size %d (want %d)", ErrFormat, size, ReportBodySize)
 		}
 	}
-	r.array(q.Body[:], "report body")
-	q.signed = raw[:r.off]
-	sigLen := r.u32("signature data length")
-	if r.err != nil {
-		return nil, r.err
+	r.Array(q.Body[:], "report body")
+	q.signed = raw[:r.Off]
+	sigLen := r.U32("signature data length")
+	if r.Err != nil {
+		return nil, r.Err
 	}
-	if rem := r.remaining(); uint64(sigLen) != uint64(rem) {
+	if rem := r.Remaining(); uint64(sigLen) != uint64(rem) {
 		return nil, fmt.Errorf("%w: signature data length %d, but %d bytes follow", ErrFormat, sigLen, rem)
 	}
-	r.array(q.Signature[:], "ISV signature")
-	r.array(q.AttestationKey[:], "attestation key")
-	if r.err != nil {
-		return nil, r.err
+	r.Array(q.Signature[:], "ISV signature")
+	r.Array(q.AttestationKey[:], "attestation key")
+	if r.Err != nil {
+		return nil, r.Err
 	}
 
 	if h.Version == Version3 {
@@ -187,14 +188,14 @@ func Parse(b []byte) (*Quote, error) {
 
 	// v4/v5: the certification data must be type 6, the QE report
 	// certification data, which in turn holds the PCK certification data.
-	outerType, outer := r.certData("quote")
-	if r.err != nil {
-		return nil, r.err
+	outerType, outer := r.CertData("quote")
+	if r.Err != nil {
+		return nil, r.Err
 	}
 	if outerType != CertTypeQEReport {
 		return nil, fmt.Errorf("%w: v%d certification data type %d (want 6)", ErrUnsupported, h.Version, outerType)
 	}
-	if err := q.parseQEData(&reader{b: outer}, "QE report certification data"); err != nil {
+	if err := q.parseQEData(&quotereader.Reader{B: outer, Format: ErrFormat}, "QE report certification data"); err != nil {
 		return nil, err
 	}
 	if q.CertType < CertTypePPIDCleartext || q.CertType > CertTypePCKChain {
@@ -205,14 +206,14 @@ func Parse(b []byte) (*Quote, error) {
 
 // parseQEData reads QE report, QE report signature, QE authentication data
 // and certification data, which must end exactly at the end of r.
-func (q *Quote) parseQEData(r *reader, where string) error {
-	r.array(q.QEReport[:], "QE report")
-	r.array(q.QEReportSignature[:], "QE report signature")
-	authLen := r.u16("QE authentication data size")
-	q.QEAuthData = r.take(int(authLen), "QE authentication data")
-	q.CertType, q.CertData = r.certData(where)
-	if r.err != nil {
-		return r.err
+func (q *Quote) parseQEData(r *quotereader.Reader, where string) error {
+	r.Array(q.QEReport[:], "QE report")
+	r.Array(q.QEReportSignature[:], "QE report signature")
+	authLen := r.U16("QE authentication data size")
+	q.QEAuthData = r.Take(int(authLen), "QE authentication data")
+	q.CertType, q.CertData = r.CertData(where)
+	if r.Err != nil {
+		return r.Err
 	}
 	return nil
 }
@@ -259,57 +260,4 @@ func ParsePEMChain(data []byte) ([]*x509.Certificate, error) {
 		return nil, fmt.Errorf("%w: certificate chain: no certificates", ErrFormat)
 	}
 	return certs, nil
-}
-
-// reader reads little-endian fields and remembers the first error.
-type reader struct {
-	b   []byte
-	off int
-	err error
-}
-
-func (r *reader) remaining() int { return len(r.b) - r.off }
-
-func (r *reader) take(n int, what string) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if n < 0 || n > r.remaining() {
-		r.err = fmt.Errorf("%w: %s: need %d bytes at offset %d, %d remain", ErrFormat, what, n, r.off, r.remaining())
-		return nil
-	}
-	s := r.b[r.off : r.off+n : r.off+n]
-	r.off += n
-	return s
-}
-
-func (r *reader) array(dst []byte, what string) { copy(dst, r.take(len(dst), what)) }
-
-func (r *reader) u16(what string) uint16 {
-	if s := r.take(2, what); s != nil {
-		return binary.LittleEndian.Uint16(s)
-	}
-	return 0
-}
-
-func (r *reader) u32(what string) uint32 {
-	if s := r.take(4, what); s != nil {
-		return binary.LittleEndian.Uint32(s)
-	}
-	return 0
-}
-
-// certData reads a certification data field (u16 type, u32 size, data) that
-// must end exactly at the end of r.
-func (r *reader) certData(where string) (uint16, []byte) {
-	typ := r.u16(where + ": certification data type")
-	size := r.u32(where + ": certification data size")
-	if r.err != nil {
-		return 0, nil
-	}
-	if rem := r.remaining(); uint64(size) != uint64(rem) {
-		r.err = fmt.Errorf("%w: %s: certification data size %d, but %d bytes follow", ErrFormat, where, size, rem)
-		return 0, nil
-	}
-	return typ, r.take(int(size), where+": certification data")
 }

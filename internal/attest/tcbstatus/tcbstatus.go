@@ -21,6 +21,11 @@ const (
 	SWHardeningNeeded
 	ConfigurationAndSWHardeningNeeded
 	Unknown
+	// TDX only (Intel QVL, TD 1.5 relaunch check); numbered after Unknown
+	// to keep EGo's order.
+	TDRelaunchAdvised
+	TDRelaunchAdvisedConfigurationNeeded
+	maxStatus
 )
 
 // ErrUnknown is returned by Parse for a string that is not one of Intel's
@@ -28,30 +33,34 @@ const (
 var ErrUnknown = errors.New("tcbstatus: unknown TCB status")
 
 var names = [...]string{
-	UpToDate:                          "UpToDate",
-	OutOfDate:                         "OutOfDate",
-	Revoked:                           "Revoked",
-	ConfigurationNeeded:               "ConfigurationNeeded",
-	OutOfDateConfigurationNeeded:      "OutOfDateConfigurationNeeded",
-	SWHardeningNeeded:                 "SWHardeningNeeded",
-	ConfigurationAndSWHardeningNeeded: "ConfigurationAndSWHardeningNeeded",
-	Unknown:                           "Unknown",
+	UpToDate:                             "UpToDate",
+	OutOfDate:                            "OutOfDate",
+	Revoked:                              "Revoked",
+	ConfigurationNeeded:                  "ConfigurationNeeded",
+	OutOfDateConfigurationNeeded:         "OutOfDateConfigurationNeeded",
+	SWHardeningNeeded:                    "SWHardeningNeeded",
+	ConfigurationAndSWHardeningNeeded:    "ConfigurationAndSWHardeningNeeded",
+	Unknown:                              "Unknown",
+	TDRelaunchAdvised:                    "TDRelaunchAdvised",
+	TDRelaunchAdvisedConfigurationNeeded: "TDRelaunchAdvisedConfigurationNeeded",
 }
 
 var explanations = [...]string{
-	UpToDate:                          "The platform is patched to the latest TCB level.",
-	OutOfDate:                         "The platform's TCB level is out of date: a newer level exists that fixes known vulnerabilities.",
-	Revoked:                           "The platform's TCB level or its quoting enclave has been revoked and must not be trusted.",
-	ConfigurationNeeded:               "The TCB level is current, but the platform needs additional configuration (for example BIOS settings) to be fully protected.",
-	OutOfDateConfigurationNeeded:      "The TCB level is out of date and the platform also needs additional configuration.",
-	SWHardeningNeeded:                 "The TCB level is current, but some vulnerabilities can only be mitigated by software hardening in the enclave; see the advisories.",
-	ConfigurationAndSWHardeningNeeded: "The TCB level is current, but the platform needs additional configuration and the enclave needs software hardening; see the advisories.",
-	Unknown:                           "The TCB status is unknown.",
+	UpToDate:                             "The platform is patched to the latest TCB level.",
+	OutOfDate:                            "The platform's TCB level is out of date: a newer level exists that fixes known vulnerabilities.",
+	Revoked:                              "The platform's TCB level or its quoting enclave has been revoked and must not be trusted.",
+	ConfigurationNeeded:                  "The TCB level is current, but the platform needs additional configuration (for example BIOS settings) to be fully protected.",
+	OutOfDateConfigurationNeeded:         "The TCB level is out of date and the platform also needs additional configuration.",
+	SWHardeningNeeded:                    "The TCB level is current, but some vulnerabilities can only be mitigated by software hardening in the enclave; see the advisories.",
+	ConfigurationAndSWHardeningNeeded:    "The TCB level is current, but the platform needs additional configuration and the enclave needs software hardening; see the advisories.",
+	Unknown:                              "The TCB status is unknown.",
+	TDRelaunchAdvised:                    "The TDX platform was updated while the TD ran; relaunching the TD brings it to the current TCB level.",
+	TDRelaunchAdvisedConfigurationNeeded: "The TDX platform was updated while the TD ran and needs additional configuration; relaunching the TD brings it to the current TCB level.",
 }
 
 // String returns Intel's status string, or "Unknown" for values out of range.
 func (s Status) String() string {
-	if s < Unknown {
+	if s < maxStatus {
 		return names[s]
 	}
 	return names[Unknown]
@@ -59,7 +68,7 @@ func (s Status) String() string {
 
 // Explain describes what the status means for a relying party.
 func (s Status) Explain() string {
-	if s < Unknown {
+	if s < maxStatus {
 		return explanations[s]
 	}
 	return explanations[Unknown]
@@ -80,11 +89,14 @@ func Parse(s string) (Status, error) {
 // MarshalText encodes the status as its Intel string.
 func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
-// UnmarshalText decodes an Intel status string; "Unknown" decodes to Unknown.
+// UnmarshalText decodes an Intel status string, including "Unknown" and the
+// two TDX relaunch statuses that Parse (TCB info strings only) rejects.
 func (s *Status) UnmarshalText(b []byte) error {
-	if string(b) == names[Unknown] {
-		*s = Unknown
-		return nil
+	for _, v := range []Status{Unknown, TDRelaunchAdvised, TDRelaunchAdvisedConfigurationNeeded} {
+		if string(b) == names[v] {
+			*s = v
+			return nil
+		}
 	}
 	v, err := Parse(string(b))
 	if err != nil {

@@ -44,6 +44,9 @@ type Client struct {
 	BaseURL string
 	// HTTPClient is used for requests; nil means http.DefaultClient.
 	HTTPClient *http.Client
+	// TDXBase is the base URL of TDX collateral; empty means BaseURL with
+	// /sgx/certification/ replaced by /tdx/certification/ (TDXBaseURL).
+	TDXBase string
 	// Update is the TCB info update channel ("early" or "standard"); empty
 	// leaves the server's default.
 	Update string
@@ -85,23 +88,31 @@ func (c *Client) Get(ctx context.Context, fmspc [6]byte, ca collateral.CA) (*col
 		return nil, fmt.Errorf("pccs: qe/identity: %w", err)
 	}
 
-	if body, hdr, err = c.fetch(ctx, "pckcrl", url.Values{"ca": {string(ca)}}); err != nil {
+	if err := c.crls(ctx, ca, &col); err != nil {
 		return nil, err
-	}
-	if col.PCKCRL, err = collateral.ParseCRL(body); err != nil {
-		return nil, fmt.Errorf("pccs: pckcrl: %w", err)
-	}
-	if col.PCKCRLIssuerChain, err = chainHeader(hdr, HeaderPCKCRLIssuerChain); err != nil {
-		return nil, fmt.Errorf("pccs: pckcrl: %w", err)
-	}
-
-	if body, _, err = c.fetch(ctx, "rootcacrl", nil); err != nil {
-		return nil, err
-	}
-	if col.RootCACRL, err = collateral.ParseCRL(body); err != nil {
-		return nil, fmt.Errorf("pccs: rootcacrl: %w", err)
 	}
 	return &col, nil
+}
+
+// crls fetches the PCK CRL of ca with its issuer chain and the root CA CRL.
+func (c *Client) crls(ctx context.Context, ca collateral.CA, col *collateral.Collateral) error {
+	body, hdr, err := c.fetch(ctx, "pckcrl", url.Values{"ca": {string(ca)}})
+	if err != nil {
+		return err
+	}
+	if col.PCKCRL, err = collateral.ParseCRL(body); err != nil {
+		return fmt.Errorf("pccs: pckcrl: %w", err)
+	}
+	if col.PCKCRLIssuerChain, err = chainHeader(hdr, HeaderPCKCRLIssuerChain); err != nil {
+		return fmt.Errorf("pccs: pckcrl: %w", err)
+	}
+	if body, _, err = c.fetch(ctx, "rootcacrl", nil); err != nil {
+		return err
+	}
+	if col.RootCACRL, err = collateral.ParseCRL(body); err != nil {
+		return fmt.Errorf("pccs: rootcacrl: %w", err)
+	}
+	return nil
 }
 
 func (c *Client) fetch(ctx context.Context, path string, query url.Values) ([]byte, http.Header, error) {
@@ -109,6 +120,10 @@ func (c *Client) fetch(ctx context.Context, path string, query url.Values) ([]by
 	if base == "" {
 		base = DefaultBaseURL
 	}
+	return c.fetchFrom(ctx, base, path, query)
+}
+
+func (c *Client) fetchFrom(ctx context.Context, base, path string, query url.Values) ([]byte, http.Header, error) {
 	u, err := url.Parse(strings.TrimSuffix(base, "/") + "/" + path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("pccs: base URL: %w", err)
