@@ -137,19 +137,30 @@ func (c EraConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// parseStatus parses an Intel TCB status string case-insensitively.
+// parseStatus parses an Intel TCB status string case-insensitively: one of
+// the TCB info statuses or, for TDX, the two relaunch statuses.
 func parseStatus(s string) (tcbstatus.Status, error) {
-	for _, n := range statusNames() {
-		if strings.EqualFold(n, s) {
-			return tcbstatus.Parse(n)
+	for _, v := range acceptableStatuses() {
+		if strings.EqualFold(v.String(), s) {
+			return v, nil
 		}
 	}
 	return tcbstatus.Unknown, tcbstatus.ErrUnknown
 }
 
+// acceptableStatuses are the statuses an era config may accept: every
+// status but Unknown.
+func acceptableStatuses() []tcbstatus.Status {
+	var out []tcbstatus.Status
+	for s := tcbstatus.UpToDate; s < tcbstatus.Unknown; s++ {
+		out = append(out, s)
+	}
+	return append(out, tcbstatus.TDRelaunchAdvised, tcbstatus.TDRelaunchAdvisedConfigurationNeeded)
+}
+
 func statusNames() []string {
 	var out []string
-	for s := tcbstatus.UpToDate; s < tcbstatus.Unknown; s++ {
+	for _, s := range acceptableStatuses() {
 		out = append(out, s.String())
 	}
 	return out

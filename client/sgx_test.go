@@ -203,6 +203,11 @@ func TestParseEraConfig(t *testing.T) {
 	if cfg.SecurityVersion != 2 || cfg.SignerID != id || cfg.ProductID != 3 || len(cfg.AcceptedTCBStatuses) != 2 || cfg.AcceptedAdvisories[0] != "INTEL-SA-00615" {
 		t.Fatalf("config %+v", cfg)
 	}
+	// The TDX relaunch statuses may be accepted too (any case).
+	tdx := `{"MRTD":"` + strings.Repeat("ab", 48) + `","AcceptedTCBStatuses":["TDRelaunchAdvised","tdrelaunchadvisedconfigurationneeded"]}`
+	if cfg, err := client.ParseEraConfig([]byte(tdx)); err != nil || len(cfg.AcceptedTCBStatuses) != 2 {
+		t.Errorf("TDX relaunch statuses: %+v, %v", cfg, err)
+	}
 	for _, tc := range []struct{ json, want string }{
 		{`{"UniqueID":"` + id + `","AcceptedAdivsories":["x"]}`, "unknown field"},
 		{`{"UniqueID":"xyz"}`, "not 64 hex digits"},
@@ -210,6 +215,7 @@ func TestParseEraConfig(t *testing.T) {
 		{`{"SignerID":"` + id + `","ProductID":3}`, "SecurityVersion is required"},
 		{`{"SecurityVersion":1,"ProductID":3}`, "SignerID is required"},
 		{`{"UniqueID":"` + id + `","AcceptedTCBStatuses":["Fine"]}`, `"Fine" is not one of`},
+		{`{"UniqueID":"` + id + `","AcceptedTCBStatuses":["Unknown"]}`, `"Unknown" is not one of`},
 		{`{"UniqueID":"` + id + `","ProductID":70000}`, "cannot unmarshal"},
 		{`{"UniqueID":"` + id + `"} {}`, "unexpected data"},
 		{`[]`, "cannot unmarshal"},
