@@ -128,10 +128,12 @@ All instances must present the same root certificate.
 Trust: every command that talks to the Coordinator needs one of
   --root FILE        a root certificate you trust (e.g. saved with 'quarry certificate root'
                      after verifying the Coordinator); the Coordinator must present exactly it;
-  --era-config FILE  verify the Coordinator's SGX quote (pure-Go DCAP verification) against
-                     the expected enclave properties in FILE (MarbleRun's era config: UniqueID,
-                     or SignerID with ProductID and SecurityVersion; Debug; AcceptedTCBStatuses;
-                     AcceptedAdvisories), with Intel's collateral from --collateral-file or
+  --era-config FILE  verify the Coordinator's SGX or TDX quote (pure-Go DCAP verification)
+                     against the expected properties in FILE (MarbleRun's era config: UniqueID,
+                     or SignerID with ProductID and SecurityVersion; for a TDX guest MRTD,
+                     RTMR0-RTMR3, MRSEAM, MRSIGNERSEAM, TDAttributes, XFAM, MinTEETCBSVN as in
+                     a manifest package; Debug; AcceptedTCBStatuses; AcceptedAdvisories), with
+                     Intel's collateral from --collateral-file or
                      --pccs-url; the quote must be bound to the root and a fresh nonce;
   --insecure         trust a Coordinator in simulation mode, which has no quote.
 
@@ -150,7 +152,7 @@ keys are an error); those JSON bytes are what is uploaded and fingerprinted.
 	pf.StringVar(&a.keyFile, "key", "", "PEM file with the private key of --cert")
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	pf.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit for the whole command (0: none)")
-	pf.StringVar(&a.eraConfig, "era-config", "", "JSON file with the expected properties of the Coordinator's enclave (MarbleRun era config); verifies its SGX quote")
+	pf.StringVar(&a.eraConfig, "era-config", "", "JSON file with the expected properties of the Coordinator's enclave or TDX guest (MarbleRun era config, plus the TD measurements); verifies its SGX or TDX quote")
 	pf.StringSliceVar(&a.acceptedTCB, "accepted-tcb-statuses", nil, "TCB statuses accepted besides UpToDate (default: the era config's, else SWHardeningNeeded)")
 	pf.StringSliceVar(&a.acceptedAdvisories, "accepted-advisories", nil, "Intel security advisories accepted with SWHardeningNeeded (default: the era config's, else all)")
 	pf.StringVar(&a.collateralFile, "collateral-file", "", "DCAP collateral for quote verification: a JSON file (dcap-qvl QuoteCollateralV3 shape) or a directory of PCS/PCCS responses")
