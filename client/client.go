@@ -382,6 +382,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	var urls []string
 	var errs []error
 	var resp *http.Response
+	var target string
 	for i := range n {
 		idx := (first + i) % n
 		u := *c.endpoints[idx]
@@ -391,7 +392,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		r, err := c.send(a.trace(ctx), method, u.String(), buf)
 		if err == nil {
 			c.current.Store(int32(idx))
-			resp = r
+			resp, target = r, u.String()
 			break
 		}
 		if !a.failOver(ctx, method, err) {
@@ -408,6 +409,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
+		if ctx.Err() != nil {
+			return response{}, ended(ctx, method, target)
+		}
 		return response{}, fmt.Errorf("%s %s: reading the response: %w", method, path, err)
 	}
 	r := response{tls: resp.TLS}
@@ -416,6 +420,13 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	var env jsend.Response[json.RawMessage]
 	if jErr := json.Unmarshal(raw, &env); jErr != nil || env.Status == "" {
+		if ctx.Err() != nil {
+			// The context ended and the transport handed back what raced
+			// its cancellation: a server whose handler stops when the
+			// client goes answers an implicit empty 200 to the closing
+			// connection. That is the deadline, not an answer.
+			return response{}, ended(ctx, method, target)
+		}
 		// Not a JSend answer (a proxy, another server, a v1-only peer).
 		return r, &Error{
 			Method: method, Path: path, HTTPStatus: resp.StatusCode,
@@ -442,6 +453,16 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		}
 	}
 	return r, nil
+}
+
+// ended is the error of a request to target whose context ended before a
+// Client API answer arrived. A state-changing request was sent, so whether
+// it was applied is unknown.
+func ended(ctx context.Context, method, target string) error {
+	if !idempotent(method) {
+		return fmt.Errorf("%s %s: %w (%w)", method, target, ctx.Err(), ErrOutcomeUnknown)
+	}
+	return fmt.Errorf("%s %s: %w", method, target, ctx.Err())
 }
 
 // send sends one request to target and returns the response, or the
