@@ -5,6 +5,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -96,6 +97,9 @@ type Core struct {
 	// unreadable is the sealed blob found at start that could not be opened
 	// (recovery mode); it is kept for recovery and never overwritten.
 	unreadable []byte
+	// recovering is the blob recovery mode was entered for: a reload that
+	// finds the same blob keeps the round (enterRecovery).
+	recovering []byte
 	// header is the current sealed state's public header.
 	header sealHeader
 	// rec is the recovery round (recovery mode only).
@@ -296,7 +300,14 @@ func (c *Core) fresh(e event) (*snapshot, error) {
 // enterRecovery starts in recovery mode: fresh in-memory CAs, the stored
 // blobs left exactly as they are.
 func (c *Core) enterRecovery(blob []byte, what string, cause error) (*snapshot, error) {
-	c.unreadable = blob
+	if cur := c.snap.Load(); cur != nil && cur.state == StateRecovery && c.recovering != nil && bytes.Equal(c.recovering, blob) {
+		// A reload of the same unreadable blob (a shared store followed
+		// again, e.g. after a failed read): the round in progress, its
+		// shares and ephemeral key, and the temporary root stay.
+		c.unreadable = blob
+		return cur, nil
+	}
+	c.unreadable, c.recovering = blob, blob
 	c.rec.start(blob, c.opts.RecoveryTimeout, c.opts.Now)
 	c.log.Error("entering recovery mode: "+what+"; the sealed files are left untouched",
 		"cause", cause.Error(),

@@ -46,45 +46,7 @@ func (c *skewClock) advance(d time.Duration) {
 func TestClockSkewDoesNotBreakRecoveryRounds(t *testing.T) {
 	const ttl = time.Hour
 	const skew = 3 * time.Hour // more than ttl each way
-	cluster := etcdtest.Start(t, 1)
-	e := newSharedEnv(t, cluster)
-	e.w.rec = rsaKeys(t, 2)
-
-	// A running state with two recovery keys (XOR: both shares needed) and
-	// a secret, set by an instance that then goes away.
-	setup := e.instance()
-	enc, err := setup.SetManifest(t.Context(), e.w.manifest(manifestOpts{recoveryKeys: []int{0, 1}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain := map[string][]byte{}
-	for name, ct := range enc {
-		var i int
-		if _, err := fmt.Sscanf(name, "r%d", &i); err != nil {
-			t.Fatalf("recovery key name %q", name)
-		}
-		if plain[name], err = rsa.DecryptOAEP(sha256.New(), nil, e.w.rec[i], ct, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if len(plain) != 2 {
-		t.Fatalf("%d recovery secrets, want 2", len(plain))
-	}
-	if err := e.upload(setup, "uploaded", "before recovery"); err != nil {
-		t.Fatal(err)
-	}
-	wantFP := mustFingerprint(t, setup)
-
-	// The key file becomes useless (all instances holding the key are gone):
-	// the sealed state stays, every instance starts in recovery mode.
-	data, key := e.stores()
-	blob, drev, _, krev, err := data.LoadPair(t.Context(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := data.SavePair(t.Context(), blob, drev, key, []byte("a key file no instance can open"), krev); err != nil {
-		t.Fatal(err)
-	}
+	e, plain, wantFP := brokenSharedState(t)
 
 	t0 := time.Now()
 	clockA := &skewClock{now: t0}
@@ -203,4 +165,91 @@ func mustFingerprint(t *testing.T, c *Core) string {
 		t.Fatal(err)
 	}
 	return m.Fingerprint
+}
+
+// brokenSharedState makes a running state on an embedded etcd with two
+// recovery keys (XOR: both shares needed) and a secret "uploaded", then
+// replaces the key file with one no instance can open, as when every
+// instance holding the key is gone: every instance started on it is in
+// recovery mode. It returns the plain recovery secrets by name (r0, r1) and
+// the manifest's fingerprint.
+func brokenSharedState(t *testing.T) (*sharedEnv, map[string][]byte, string) {
+	t.Helper()
+	cluster := etcdtest.Start(t, 1)
+	e := newSharedEnv(t, cluster)
+	e.w.rec = rsaKeys(t, 2)
+
+	// A running state with two recovery keys (XOR: both shares needed) and
+	// a secret, set by an instance that then goes away.
+	setup := e.instance()
+	enc, err := setup.SetManifest(t.Context(), e.w.manifest(manifestOpts{recoveryKeys: []int{0, 1}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := map[string][]byte{}
+	for name, ct := range enc {
+		var i int
+		if _, err := fmt.Sscanf(name, "r%d", &i); err != nil {
+			t.Fatalf("recovery key name %q", name)
+		}
+		if plain[name], err = rsa.DecryptOAEP(sha256.New(), nil, e.w.rec[i], ct, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(plain) != 2 {
+		t.Fatalf("%d recovery secrets, want 2", len(plain))
+	}
+	if err := e.upload(setup, "uploaded", "before recovery"); err != nil {
+		t.Fatal(err)
+	}
+	wantFP := mustFingerprint(t, setup)
+
+	// The key file becomes useless (all instances holding the key are gone):
+	// the sealed state stays, every instance starts in recovery mode.
+	data, key := e.stores()
+	blob, drev, _, krev, err := data.LoadPair(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := data.SavePair(t.Context(), blob, drev, key, []byte("a key file no instance can open"), krev); err != nil {
+		t.Fatal(err)
+	}
+
+	return e, plain, wantFP
+}
+
+// TestReloadInRecoveryKeepsTheRound: an instance in recovery mode that
+// reloads the same unreadable state (it follows a shared store; e.g. after a
+// failed read) keeps its round — the shares already accepted, and the
+// temporary root certificate clients pinned — instead of silently starting
+// over. A reload that finds another state does start over.
+func TestReloadInRecoveryKeepsTheRound(t *testing.T) {
+	e, plain, wantFP := brokenSharedState(t)
+	d, k := e.stores()
+	a, err := New(t.Context(), Options{Data: d, Key: k, KeySealer: seal.SimulationKeySealer{}, EphemeralKeyBits: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Status() != StateRecovery {
+		t.Fatalf("state %d, want recovery", a.Status())
+	}
+	if res, err := a.Recover(t.Context(), plain["r0"], signSecret(e.w.rec[0], plain["r0"])); err != nil || res.Remaining != 1 {
+		t.Fatalf("first share: %+v, %v", res, err)
+	}
+	root := a.TLSCertificate().Leaf
+	if err := a.refresh(t.Context()); err != nil { // a forced reload of the same blob
+		t.Fatal(err)
+	}
+	if got, need := a.RecoverySharesAccepted(); got != 1 || need != 2 {
+		t.Fatalf("after a reload of the same state: %d of %d shares, want 1 of 2", got, need)
+	}
+	if !a.TLSCertificate().Leaf.Equal(root) {
+		t.Fatal("a reload of the same state replaced the temporary root certificate")
+	}
+	if res, err := a.Recover(t.Context(), plain["r1"], signSecret(e.w.rec[1], plain["r1"])); err != nil || res.Remaining != 0 {
+		t.Fatalf("second share after the reload: %+v, %v", res, err)
+	}
+	if a.Status() != StateAcceptingMarbles || mustFingerprint(t, a) != wantFP {
+		t.Fatalf("after recovery: state %d", a.Status())
+	}
 }
