@@ -68,6 +68,9 @@ type Options struct {
 	// OnCommit, if set, is called after every attempt to store a changed
 	// state (metrics). It must be quick and must not call the Core.
 	OnCommit func(CommitResult)
+	// LogSegments returns the store of update log segment n (beside Data;
+	// logstore.go). Nil keeps the whole log in the sealed state.
+	LogSegments func(n uint64) (store.Store, error)
 	// Rand and Now default to crypto/rand and time.Now.
 	Rand io.Reader
 	Now  func() time.Time
@@ -105,6 +108,8 @@ type Core struct {
 	sealedSize atomic.Int64
 
 	snap atomic.Pointer[snapshot]
+	// logs reads and writes the update log's segments.
+	logs logStore
 }
 
 // snapshot is one consistent view of the Coordinator. It is never modified
@@ -138,9 +143,13 @@ type sealedState struct {
 	PreviousSecrets map[string]secrets.Secret `json:",omitempty"`
 	// PreviousRootSecret is the root secret before the last rotation.
 	PreviousRootSecret []byte `json:",omitempty"`
-	// UpdateLog is the append-only log of applied changes, one JSON entry
-	// per string.
-	UpdateLog []string
+	// UpdateLog is the tail of the append-only log of applied changes
+	// (one JSON entry per string): the entries after the last full
+	// segment stored beside the state (logstore.go). In a state from
+	// before the verifiable log (no Log) it is the whole log.
+	UpdateLog []string `json:",omitempty"`
+	// Log is the update log's head (logstore.go).
+	Log *logState `json:",omitempty"`
 	// Pending is the full manifest update waiting for acknowledgements.
 	Pending *pendingUpdate `json:",omitempty"`
 	// Activations counts the activations of each Marble type with
@@ -194,6 +203,7 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	}
 	c := &Core{opts: opts, log: opts.Logger}
 	c.events.limit = opts.ActivationEvents
+	c.logs.segments = opts.LogSegments
 	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger}
 	snap, err := c.load(ctx)
 	if err != nil {
@@ -320,6 +330,9 @@ func restore(st *sealedState) (*snapshot, error) {
 	if st.State != StateAcceptingMarbles {
 		return nil, fmt.Errorf("stored state %d is not %d", st.State, StateAcceptingMarbles)
 	}
+	if err := ensureLog(st); err != nil {
+		return nil, fmt.Errorf("update log: %w", err)
+	}
 	users, err := user.FromManifest(m)
 	if err != nil {
 		return nil, fmt.Errorf("stored manifest users: %w", err)
@@ -369,6 +382,9 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 			c.opts.OnCommit(CommitResult{Duration: time.Since(start), SealedBytes: size, Err: err})
 		}
 	}()
+	if err := c.prepareLog(ctx, st, true); err != nil {
+		return err
+	}
 	plaintext, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
@@ -519,6 +535,9 @@ func (c *Core) setManifestOnce(ctx context.Context, raw []byte) (map[string][]by
 	var storeErr error
 	if m.Config.SealMode == manifest.SealModeDisabled {
 		c.log.Warn("manifest sets SealMode Disabled: nothing is persisted; a restart starts over in state 2")
+		if err := c.prepareLog(ctx, st, false); err != nil {
+			return nil, err
+		}
 		c.dek, c.header = dek, header
 	} else if storeErr = c.commit(ctx, st, header, dek, m.Config.SealMode); !stored(storeErr) {
 		return nil, storeErr
