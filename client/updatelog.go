@@ -9,30 +9,30 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/quarry-cc/quarry/api/logchain"
 	v2 "github.com/quarry-cc/quarry/api/v2"
-	"github.com/quarry-cc/quarry/internal/updatelog"
 )
 
 // The verifiable update log (docs/update-log.md): entries chained by
 // SHA-256, the head signed by the Coordinator's root key.
 type (
 	// LogRecord is one entry with its sequence number and chain hash.
-	LogRecord = updatelog.Record
+	LogRecord = logchain.Record
 	// LogHead is a log's entry count and last hash.
-	LogHead = updatelog.Head
+	LogHead = logchain.Head
 	// LogCheckpoint is a head signed by the root key.
-	LogCheckpoint = updatelog.Checkpoint
+	LogCheckpoint = logchain.Checkpoint
 )
 
 // Verification failures of the update log, each naming what was found
 // (errors wrap them; test with errors.Is).
 var (
-	ErrLogEntryAltered      = updatelog.ErrEntryAltered
-	ErrLogEntryMissing      = updatelog.ErrEntryMissing
-	ErrLogEntriesReordered  = updatelog.ErrEntriesReordered
-	ErrLogHeadMismatch      = updatelog.ErrHeadMismatch
-	ErrCheckpointSignature  = updatelog.ErrCheckpointSignature
-	ErrCheckpointNotExtends = updatelog.ErrNotExtension
+	ErrLogEntryAltered      = logchain.ErrEntryAltered
+	ErrLogEntryMissing      = logchain.ErrEntryMissing
+	ErrLogEntriesReordered  = logchain.ErrEntriesReordered
+	ErrLogHeadMismatch      = logchain.ErrHeadMismatch
+	ErrCheckpointSignature  = logchain.ErrCheckpointSignature
+	ErrCheckpointNotExtends = logchain.ErrNotExtension
 )
 
 // ErrLogNoRoot: verifying the log needs the pinned root certificate.
@@ -63,11 +63,11 @@ func (c *Client) UpdateLogPage(ctx context.Context, after, limit uint64) (*LogPa
 
 // DecodeLogPage converts the wire form of a page.
 func DecodeLogPage(after uint64, in *v2.UpdateLogPageResponse) (*LogPage, error) {
-	prev, err := updatelog.ParseHash(in.Prev)
+	prev, err := logchain.ParseHash(in.Prev)
 	if err != nil {
 		return nil, fmt.Errorf("update log page: prev: %w", err)
 	}
-	head, err := updatelog.ParseHash(in.Checkpoint.Head)
+	head, err := logchain.ParseHash(in.Checkpoint.Head)
 	if err != nil {
 		return nil, fmt.Errorf("update log page: checkpoint head: %w", err)
 	}
@@ -77,7 +77,7 @@ func DecodeLogPage(after uint64, in *v2.UpdateLogPageResponse) (*LogPage, error)
 		Records:    make([]LogRecord, len(in.Entries)),
 	}
 	for i, e := range in.Entries {
-		h, err := updatelog.ParseHash(e.Hash)
+		h, err := logchain.ParseHash(e.Hash)
 		if err != nil {
 			return nil, fmt.Errorf("update log page: entry %d: %w", e.Seq, err)
 		}
@@ -92,13 +92,13 @@ func DecodeLogPage(after uint64, in *v2.UpdateLogPageResponse) (*LogPage, error)
 // checkpoint's head when they reach its count. It returns the head after
 // the page.
 func VerifyLogPage(root *x509.Certificate, from LogHead, p *LogPage) (LogHead, error) {
-	return updatelog.VerifyPage(root, p.Checkpoint, from, p.Records)
+	return logchain.VerifyPage(root, p.Checkpoint, from, p.Records)
 }
 
 // VerifyCheckpointExtension proves that later extends earlier, given the
 // entries earlier.Count+1 to later.Count.
 func VerifyCheckpointExtension(root *x509.Certificate, earlier, later LogCheckpoint, records []LogRecord) error {
-	return updatelog.VerifyExtension(root, earlier, later, records)
+	return logchain.VerifyExtension(root, earlier, later, records)
 }
 
 // VerifiedLog is a log verified against the pinned root.
@@ -150,7 +150,7 @@ func (c *Client) VerifyUpdateLog(ctx context.Context, since *LogCheckpoint) (*Ve
 		if p.Records[len(p.Records)-1].Seq > target.Count {
 			return nil, fmt.Errorf("%w: entry %d is beyond the checkpoint's %d", ErrLogHeadMismatch, p.Records[len(p.Records)-1].Seq, target.Count)
 		}
-		if h, err = updatelog.VerifyRecords(h, p.Records); err != nil {
+		if h, err = logchain.VerifyRecords(h, p.Records); err != nil {
 			if since != nil {
 				return nil, fmt.Errorf("%w: %w", ErrCheckpointNotExtends, err)
 			}

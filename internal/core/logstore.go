@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quarry-cc/quarry/api/logchain"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/updatelog"
@@ -45,17 +46,17 @@ type logState struct {
 	Key []byte
 	// Count and Head are the number of entries and the last entry's hash.
 	Count uint64
-	Head  updatelog.Hash
+	Head  logchain.Hash
 	// Segments is the number of full segments stored; the tail (the
 	// state's UpdateLog) holds entries Segments*SegmentSize+1 on.
 	Segments uint64
 	// TailPrev is the hash before the tail's first entry.
-	TailPrev updatelog.Hash
+	TailPrev logchain.Hash
 	// Checkpoint is the head signed by the root key at the last change.
-	Checkpoint updatelog.Checkpoint
+	Checkpoint logchain.Checkpoint
 }
 
-func (l *logState) head() updatelog.Head { return updatelog.Head{Count: l.Count, Hash: l.Head} }
+func (l *logState) head() logchain.Head { return logchain.Head{Count: l.Count, Hash: l.Head} }
 
 // segmentCacheSize bounds the decoded segments kept in memory.
 const segmentCacheSize = 256
@@ -69,7 +70,7 @@ type logStore struct {
 
 	mu      sync.Mutex
 	cacheID []byte
-	cache   map[uint64][]updatelog.Record
+	cache   map[uint64][]logchain.Record
 	// rootDER and rootKey cache the parsed root key.
 	rootDER []byte
 	rootKey *ecdsa.PrivateKey
@@ -137,7 +138,7 @@ func (c *Core) prepareLog(ctx context.Context, st *sealedState, flush bool) erro
 	}
 	nl := *old
 	tail := st.UpdateLog
-	recs := updatelog.Chain(updatelog.Head{Count: old.Segments * size, Hash: old.TailPrev}, tail)
+	recs := logchain.Chain(logchain.Head{Count: old.Segments * size, Hash: old.TailPrev}, tail)
 	for i := range k {
 		prev := old.TailPrev
 		if i > 0 {
@@ -160,7 +161,7 @@ func (c *Core) prepareLog(ctx context.Context, st *sealedState, flush bool) erro
 		if err != nil {
 			return err
 		}
-		if nl.Checkpoint, err = updatelog.Sign(rand.Reader, key, nl.head(), c.opts.Now()); err != nil {
+		if nl.Checkpoint, err = logchain.Sign(rand.Reader, key, nl.head(), c.opts.Now()); err != nil {
 			return err
 		}
 	}
@@ -175,7 +176,7 @@ type segmentHeader struct {
 
 // writeSegment seals and stores segment n (overwriting whatever an
 // interrupted write left there).
-func (c *Core) writeSegment(ctx context.Context, l *logState, n uint64, prev updatelog.Hash, entries []string) error {
+func (c *Core) writeSegment(ctx context.Context, l *logState, n uint64, prev logchain.Hash, entries []string) error {
 	s, err := c.logs.segments(n)
 	if err != nil {
 		return fmt.Errorf("update log segment %d: %w", n, err)
@@ -208,10 +209,10 @@ func (c *Core) writeSegment(ctx context.Context, l *logState, n uint64, prev upd
 }
 
 // readSegment returns the records of stored segment n of l.
-func (c *Core) readSegment(ctx context.Context, l *logState, n uint64) ([]updatelog.Record, error) {
+func (c *Core) readSegment(ctx context.Context, l *logState, n uint64) ([]logchain.Record, error) {
 	c.logs.mu.Lock()
 	if string(c.logs.cacheID) != string(l.ID) {
-		c.logs.cacheID, c.logs.cache = slices.Clone(l.ID), map[uint64][]updatelog.Record{}
+		c.logs.cacheID, c.logs.cache = slices.Clone(l.ID), map[uint64][]logchain.Record{}
 	}
 	recs, ok := c.logs.cache[n]
 	c.logs.mu.Unlock()
@@ -254,17 +255,17 @@ func (c *Core) readSegment(ctx context.Context, l *logState, n uint64) ([]update
 }
 
 // records returns entries after+1 to min(after+limit, count) of st's log.
-func (c *Core) records(ctx context.Context, st *sealedState, after, limit uint64) ([]updatelog.Record, error) {
+func (c *Core) records(ctx context.Context, st *sealedState, after, limit uint64) ([]logchain.Record, error) {
 	l := st.Log
 	end := min(l.Count, after+limit)
 	if limit > l.Count { // after+limit may overflow
 		end = l.Count
 	}
 	if after >= end {
-		return []updatelog.Record{}, nil
+		return []logchain.Record{}, nil
 	}
 	const size = updatelog.SegmentSize
-	out := make([]updatelog.Record, 0, end-after)
+	out := make([]logchain.Record, 0, end-after)
 	seq := after + 1
 	for seq <= end && seq <= l.Segments*size {
 		n := (seq - 1) / size
@@ -279,7 +280,7 @@ func (c *Core) records(ctx context.Context, st *sealedState, after, limit uint64
 	}
 	if seq <= end {
 		base := l.Segments * size
-		tail := updatelog.Chain(updatelog.Head{Count: base, Hash: l.TailPrev}, st.UpdateLog)
+		tail := logchain.Chain(logchain.Head{Count: base, Hash: l.TailPrev}, st.UpdateLog)
 		out = append(out, tail[seq-base-1:end-base]...)
 	}
 	return out, nil
@@ -298,14 +299,14 @@ func ensureLog(st *sealedState) error {
 		return err
 	}
 	if len(st.UpdateLog) > 0 {
-		recs := updatelog.Chain(updatelog.Head{}, st.UpdateLog)
+		recs := logchain.Chain(logchain.Head{}, st.UpdateLog)
 		l.Count, l.Head = recs[len(recs)-1].Seq, recs[len(recs)-1].Hash
 	}
 	key, err := x509.ParseECPrivateKey(st.CA.RootKey)
 	if err != nil {
 		return fmt.Errorf("root key: %w", err)
 	}
-	if l.Checkpoint, err = updatelog.Sign(rand.Reader, key, l.head(), time.Now()); err != nil {
+	if l.Checkpoint, err = logchain.Sign(rand.Reader, key, l.head(), time.Now()); err != nil {
 		return err
 	}
 	st.Log = l
@@ -315,11 +316,11 @@ func ensureLog(st *sealedState) error {
 // LogPage is a page of the verifiable update log.
 type LogPage struct {
 	// Records are entries After+1 on.
-	Records []updatelog.Record
+	Records []logchain.Record
 	// Prev is the hash of entry After (zero for After 0).
-	Prev updatelog.Hash
+	Prev logchain.Hash
 	// Checkpoint is the latest signed head.
-	Checkpoint updatelog.Checkpoint
+	Checkpoint logchain.Checkpoint
 }
 
 // Page limits of UpdateLogPage.

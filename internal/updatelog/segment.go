@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/quarry-cc/quarry/api/logchain"
 )
 
 // SegmentSize is how many entries one stored segment holds. Segments are
@@ -20,8 +22,8 @@ type Segment struct {
 	Log   []byte `json:"log"`
 	Index uint64 `json:"index"`
 	// Prev is the chain hash before the segment's first entry.
-	Prev    Hash     `json:"prev"`
-	Entries []string `json:"entries"`
+	Prev    logchain.Hash `json:"prev"`
+	Entries []string      `json:"entries"`
 }
 
 // ErrBadSegment means a stored segment is not the one expected.
@@ -30,7 +32,7 @@ var ErrBadSegment = errors.New("update log segment is damaged or belongs elsewhe
 // DecodeSegment decodes a segment's plaintext and checks that it is
 // segment index of log and full; it returns its records (chained from the
 // segment's Prev, which the sealing authenticates).
-func DecodeSegment(b []byte, log []byte, index uint64) ([]Record, error) {
+func DecodeSegment(b []byte, log []byte, index uint64) ([]logchain.Record, error) {
 	var s Segment
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadSegment, err)
@@ -43,16 +45,5 @@ func DecodeSegment(b []byte, log []byte, index uint64) ([]Record, error) {
 	case len(s.Entries) != SegmentSize:
 		return nil, fmt.Errorf("%w: segment %d has %d entries", ErrBadSegment, index, len(s.Entries))
 	}
-	return Chain(Head{Count: index * SegmentSize, Hash: s.Prev}, s.Entries), nil
-}
-
-// Chain returns entries as records continuing from.
-func Chain(from Head, entries []string) []Record {
-	out := make([]Record, len(entries))
-	h := from
-	for i, e := range entries {
-		h = h.Append(e)
-		out[i] = Record{Seq: h.Count, Entry: e, Hash: h.Hash}
-	}
-	return out
+	return logchain.Chain(logchain.Head{Count: index * SegmentSize, Hash: s.Prev}, s.Entries), nil
 }

@@ -1,4 +1,4 @@
-package updatelog
+package logchain
 
 import (
 	"crypto/ecdsa"
@@ -21,6 +21,10 @@ type Checkpoint struct {
 	Time      string `json:"time"`
 	Signature []byte `json:"signature"`
 }
+
+// TimeFormat is the format of a checkpoint's time (applied to UTC times),
+// as the update log's entries use it.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // checkpointDomain starts the signed bytes.
 const checkpointDomain = "quarry-update-log-checkpoint/v1\n"

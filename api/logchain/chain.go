@@ -1,4 +1,9 @@
-package updatelog
+// Package logchain is the verifiable update log's wire contract
+// (docs/update-log.md): how entries are chained by hash, how a head is
+// signed as a checkpoint by the Coordinator's root key, and how a client
+// verifies pages of entries and that a later checkpoint extends an earlier
+// one. It is pure (no I/O), shared by the Coordinator and the SDK.
+package logchain
 
 import (
 	"crypto/sha256"
@@ -6,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // The verifiable log (docs/update-log.md): every entry is chained to the
@@ -137,34 +141,13 @@ func VerifyRecords(from Head, records []Record) (Head, error) {
 	return h, nil
 }
 
-// auditPrefix starts the "update" message of Quarry's own entries (see
-// audit.go). The existing endpoints (behaviour.md §7.5) do not show them.
-const auditPrefix = "quarry: "
-
-// IsAudit reports whether entry is one of Quarry's own entries, which the
-// existing GET /api/v2/update and v1 /update leave out so that their
-// answers stay exactly MarbleRun's.
-func IsAudit(entry string) bool {
-	// Entries written by Entry start {"time":"<24 characters>","update":"
-	const pre = `{"time":"` + "2006-01-02T15:04:05.000Z" + `","update":"`
-	return len(entry) > len(pre) && strings.HasPrefix(entry, `{"time":"`) &&
-		entry[len(pre)-len(`","update":"`):len(pre)] == `","update":"` &&
-		strings.HasPrefix(entry[len(pre):], auditPrefix)
-}
-
-// Legacy returns log without Quarry's own entries (a new slice only when
-// there are any).
-func Legacy(log []string) []string {
-	for i, e := range log {
-		if IsAudit(e) {
-			out := append([]string(nil), log[:i]...)
-			for _, e := range log[i+1:] {
-				if !IsAudit(e) {
-					out = append(out, e)
-				}
-			}
-			return out
-		}
+// Chain returns entries as records continuing from.
+func Chain(from Head, entries []string) []Record {
+	out := make([]Record, len(entries))
+	h := from
+	for i, e := range entries {
+		h = h.Append(e)
+		out[i] = Record{Seq: h.Count, Entry: e, Hash: h.Hash}
 	}
-	return log
+	return out
 }
