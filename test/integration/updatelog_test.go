@@ -109,6 +109,23 @@ func TestUpdateLogVerifyScriptedHistory(t *testing.T) {
 		t.Fatalf("GET /api/v2/update shows %q", legacy.UpdateLog)
 	}
 
+	// Bad paging parameters: 400 fail, nothing else.
+	for _, q := range []string{"after=x", "after=-1", "limit=1e3", "after=99999"} {
+		r := do(t, s.c.client(nil, nil), http.MethodGet, s.c.url("/api/v2/update-log?"+q), nil)
+		expect(t, r, http.StatusBadRequest, "fail")
+	}
+	// CLI usage errors.
+	if code, _, errOut := logCLI(t, s.c, rootFile, "--since-checkpoint", cpFile); code == cli.ExitOK || !strings.Contains(errOut, "need --verify") {
+		t.Fatalf("--since-checkpoint without --verify: exit %d %q", code, errOut)
+	}
+	junk := filepath.Join(t.TempDir(), "junk.json")
+	if err := os.WriteFile(junk, []byte(`{"count":1,"extra":true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := logCLI(t, s.c, rootFile, "--verify", "--since-checkpoint", junk); code == cli.ExitOK || !strings.Contains(errOut, "not a saved checkpoint") {
+		t.Fatalf("--since-checkpoint with junk: exit %d %q", code, errOut)
+	}
+
 	// More changes, then the saved checkpoint is extended.
 	uploadUserKey(t, s.c, ha)
 	code, out, errOut = logCLI(t, s.c, rootFile, "--verify", "--since-checkpoint", cpFile)
