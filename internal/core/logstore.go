@@ -138,7 +138,14 @@ func (c *Core) prepareLog(ctx context.Context, st *sealedState, flush bool) erro
 	}
 	nl := *old
 	tail := st.UpdateLog
-	recs := logchain.Chain(logchain.Head{Count: old.Segments * size, Hash: old.TailPrev}, tail)
+	// The new head chains only the added entries; the tail's hashes are
+	// needed only to write segments.
+	h := old.head().Append(tail[stored:]...)
+	nl.Count, nl.Head = h.Count, h.Hash
+	var recs []logchain.Record
+	if k > 0 {
+		recs = logchain.Chain(logchain.Head{Count: old.Segments * size, Hash: old.TailPrev}, tail[:k*size])
+	}
 	for i := range k {
 		prev := old.TailPrev
 		if i > 0 {
@@ -152,9 +159,6 @@ func (c *Core) prepareLog(ctx context.Context, st *sealedState, flush bool) erro
 		nl.TailPrev = recs[k*size-1].Hash
 		nl.Segments += k
 		st.UpdateLog = slices.Clone(tail[k*size:])
-	}
-	if len(recs) > 0 {
-		nl.Count, nl.Head = recs[len(recs)-1].Seq, recs[len(recs)-1].Hash
 	}
 	if added > 0 || fresh {
 		key, err := c.logs.signer(st.CA.RootKey)
