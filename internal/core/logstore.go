@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -54,6 +55,42 @@ type logState struct {
 	TailPrev logchain.Hash
 	// Checkpoint is the head signed by the root key at the last change.
 	Checkpoint logchain.Checkpoint
+	// CounterIncrements counts the monotonic-counter increments;
+	// RecordedIncrements and RecordedActivations are the counts (and the
+	// state's Activations) the log last recorded. Marble activity is
+	// recorded only as counts, with the next entry (marbleUsage).
+	CounterIncrements   uint64            `json:",omitempty"`
+	RecordedIncrements  uint64            `json:",omitempty"`
+	RecordedActivations map[string]uint64 `json:",omitempty"`
+}
+
+// counted returns a copy of l with one more counter increment.
+func (l *logState) counted() *logState {
+	if l == nil {
+		return nil
+	}
+	n := *l
+	n.CounterIncrements++
+	return &n
+}
+
+// marbleUsage returns the entry that records the activations (of Marbles
+// with MaxActivations) and counter increments since the log last recorded
+// them, and updates l's record; "" when there were none.
+func marbleUsage(l *logState, activations map[string]uint64, now time.Time) string {
+	since := map[string]uint64{}
+	for t, n := range activations {
+		if d := n - l.RecordedActivations[t]; n > l.RecordedActivations[t] {
+			since[t] = d
+		}
+	}
+	incs := l.CounterIncrements - l.RecordedIncrements
+	if len(since) == 0 && incs == 0 {
+		return ""
+	}
+	l.RecordedActivations = maps.Clone(activations)
+	l.RecordedIncrements = l.CounterIncrements
+	return updatelog.MarbleUsage(now, since, incs)
 }
 
 func (l *logState) head() logchain.Head { return logchain.Head{Count: l.Count, Hash: l.Head} }
@@ -137,6 +174,13 @@ func (c *Core) prepareLog(ctx context.Context, st *sealedState, flush bool) erro
 		return nil
 	}
 	nl := *old
+	if added > 0 && !fresh {
+		// Marble activity since the last entry, as counts, before the
+		// change's own entries.
+		if e := marbleUsage(&nl, st.Activations, c.opts.Now()); e != "" {
+			st.UpdateLog = slices.Insert(slices.Clip(st.UpdateLog), int(stored), e)
+		}
+	}
 	tail := st.UpdateLog
 	// The new head chains only the added entries; the tail's hashes are
 	// needed only to write segments.

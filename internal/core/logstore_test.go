@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -381,5 +383,51 @@ func BenchmarkLogLastPage(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Marble activity (activations of types with MaxActivations, counter
+// increments) changes the state without entries; the next change records
+// it as counts, in the verifiable log only.
+func TestLogRecordsMarbleActivityAsCounts(t *testing.T) {
+	c, peer := stateWithSecretsOpts(t, 1, logOptions(memstore.New(), memstore.New(), newSegStores()))
+	activity := func(activations map[string]uint64, increments int) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for range increments {
+			s := c.snap.Load()
+			st := *s.persisted
+			st.Activations = maps.Clone(activations)
+			st.Log = st.Log.counted()
+			if err := c.persist(context.Background(), s, &st); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before := verifyLog(t, c)
+	activity(map[string]uint64{"m": 3}, 5)
+	if got := verifyLog(t, c); len(got) != len(before) {
+		t.Fatalf("activity alone added %d entries", len(got)-len(before))
+	}
+	upload(t, c, peer, 1)
+	activity(map[string]uint64{"m": 4}, 1)
+	upload(t, c, peer, 2)
+	recs := verifyLog(t, c)
+	var usage []map[string]any
+	for _, r := range recs {
+		if strings.Contains(r.Entry, updatelog.MsgMarbleUsage) {
+			var e map[string]any
+			if err := json.Unmarshal([]byte(r.Entry), &e); err != nil {
+				t.Fatal(err)
+			}
+			usage = append(usage, e)
+		}
+	}
+	if len(recs) != len(before)+5 || len(usage) != 2 {
+		t.Fatalf("%d entries (want %d), %d activity entries (want 2)", len(recs), len(before)+5, len(usage))
+	}
+	if fmt.Sprint(usage[0]["activations"], usage[0]["counterIncrements"]) != "map[m:3] 5" ||
+		fmt.Sprint(usage[1]["activations"], usage[1]["counterIncrements"]) != "map[m:1] 1" {
+		t.Fatalf("activity entries %v", usage)
 	}
 }

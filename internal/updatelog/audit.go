@@ -12,12 +12,15 @@ import (
 const (
 	MsgManifestChanged = auditPrefix + "manifest changed"
 	MsgRecovered       = auditPrefix + "state recovered"
+	MsgMarbleUsage     = auditPrefix + "marble activity"
 )
 
 // Keys of Quarry's own entries.
 const (
 	KeyOldManifestFingerprint = "oldManifestFingerprint"
 	KeyUsers                  = "users"
+	KeyActivations            = "activations"
+	KeyCounterIncrements      = "counterIncrements"
 )
 
 // WhoRecovery is the "user" of a recovery.
@@ -66,4 +69,16 @@ func Legacy(log []string) []string {
 		}
 	}
 	return log
+}
+
+// MarbleUsage: since the previous entry, Marbles of each type with
+// MaxActivations were activated activations[type] times, and monotonic
+// counters were increased increments times. Marble activity is recorded
+// only as these counts, with the next governance change.
+func MarbleUsage(now time.Time, activations map[string]uint64, increments uint64) string {
+	if activations == nil {
+		activations = map[string]uint64{}
+	}
+	return entry(now, MsgMarbleUsage, Field{KeyUser, "Marbles"},
+		Field{KeyActivations, activations}, Field{KeyCounterIncrements, increments})
 }
