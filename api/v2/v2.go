@@ -16,6 +16,8 @@ const (
 	PathUpdateManifest   = "/api/v2/update-manifest"
 	PathUpdateCancel     = "/api/v2/update-cancel"
 	PathMonotonicCounter = "/api/v2/monotonic-counter"
+	// PathUpdateLog is the verifiable update log (docs/update-log.md).
+	PathUpdateLog = "/api/v2/update-log"
 )
 
 // StatusResponse is the data of GET /api/v2/status. Code and Status carry the

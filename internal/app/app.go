@@ -136,8 +136,10 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 		Data:      data,
 		Key:       key,
 		KeySealer: sealer,
-		Issuer:    issuer,
-		Logger:    a.log,
+		// Update log segments beside the state (logstore.go).
+		LogSegments: a.logSegments(),
+		Issuer:      issuer,
+		Logger:      a.log,
 
 		QuoteVerifier: verifier,
 

@@ -233,14 +233,31 @@ func (a *app) manifestSignatureCommand() *cobra.Command {
 }
 
 func (a *app) manifestLogCommand() *cobra.Command {
-	return &cobra.Command{
+	var vf logVerifyFlags
+	c := &cobra.Command{
 		Use:   "log",
-		Short: "Print the update log, one JSON entry per line",
-		Args:  cobra.NoArgs,
+		Short: "Print the update log, one JSON entry per line (--verify: check it against the root)",
+		Long: `Print the update log, one JSON entry per line.
+
+With --verify, fetch the verifiable log (GET /api/v2/update-log) and check the
+whole hash chain and the signed checkpoint against the pinned root certificate
+(--root, or the attested one), then print a summary: entries, first and last
+time, manifest fingerprints seen. --since-checkpoint FILE proves that the log
+extends a checkpoint saved earlier (--save-checkpoint FILE saves the verified
+one). A failed check exits non-zero and names what was found.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !vf.verify && (vf.sinceFile != "" || vf.saveCheckpoint != "") {
+				return usagef("--since-checkpoint and --save-checkpoint need --verify")
+			}
 			s, err := a.connect(cmd.Context(), needNothing)
 			if err != nil {
 				return err
+			}
+			if vf.verify {
+				return a.verifyLog(vf, func(since *client.LogCheckpoint) (*client.VerifiedLog, error) {
+					return s.c.VerifyUpdateLog(cmd.Context(), since)
+				})
 			}
 			entries, err := s.c.UpdateLog(cmd.Context())
 			if err != nil {
@@ -265,6 +282,10 @@ func (a *app) manifestLogCommand() *cobra.Command {
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&vf.verify, "verify", false, "verify the hash chain and the signed checkpoint against the pinned root and print a summary")
+	c.Flags().StringVar(&vf.sinceFile, "since-checkpoint", "", "with --verify: prove that the log extends the checkpoint saved in `FILE`")
+	c.Flags().StringVar(&vf.saveCheckpoint, "save-checkpoint", "", "with --verify: save the verified checkpoint to `FILE` (for a later --since-checkpoint)")
+	return c
 }
 
 // plural returns "n word" or "n words".

@@ -66,6 +66,11 @@ func stateWithSecrets(b *testing.B, n int, data, key *memstore.Store) (*Core, []
 }
 
 func stateWithSecretsIn(b *testing.B, n int, data, key store.Store) (*Core, []*x509.Certificate) {
+	return stateWithSecretsOpts(b, n, Options{Data: data, Key: key, KeySealer: seal.SimulationKeySealer{}})
+}
+
+// stateWithSecretsOpts is stateWithSecretsIn with the Coordinator's options.
+func stateWithSecretsOpts(b testing.TB, n int, opts Options) (*Core, []*x509.Certificate) {
 	b.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -85,7 +90,7 @@ func stateWithSecretsIn(b *testing.B, n int, data, key store.Store) (*Core, []*x
 		"Users":    map[string]any{"alice": map[string]any{"Certificate": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), "Roles": []string{"w"}}},
 		"Roles":    map[string]any{"w": map[string]any{"ResourceType": "Secrets", "ResourceNames": []string{"upload"}, "Actions": []string{"WriteSecret"}}},
 	})
-	c, err := New(context.Background(), Options{Data: data, Key: key, KeySealer: seal.SimulationKeySealer{}})
+	c, err := New(context.Background(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -75,6 +75,9 @@ type Options struct {
 	// KeySource, if set, is asked for the data key when no entry of the
 	// key file opens here (an attested peer; internal/peer).
 	KeySource KeySource
+	// LogSegments returns the store of update log segment n (beside Data;
+	// logstore.go). Nil keeps the whole log in the sealed state.
+	LogSegments func(n uint64) (store.Store, error)
 	// Rand and Now default to crypto/rand and time.Now.
 	Rand io.Reader
 	Now  func() time.Time
@@ -115,6 +118,8 @@ type Core struct {
 	sealedSize atomic.Int64
 
 	snap atomic.Pointer[snapshot]
+	// logs reads and writes the update log's segments.
+	logs logStore
 }
 
 // snapshot is one consistent view of the Coordinator. It is never modified
@@ -148,9 +153,13 @@ type sealedState struct {
 	PreviousSecrets map[string]secrets.Secret `json:",omitempty"`
 	// PreviousRootSecret is the root secret before the last rotation.
 	PreviousRootSecret []byte `json:",omitempty"`
-	// UpdateLog is the append-only log of applied changes, one JSON entry
-	// per string.
-	UpdateLog []string
+	// UpdateLog is the tail of the append-only log of applied changes
+	// (one JSON entry per string): the entries after the last full
+	// segment stored beside the state (logstore.go). In a state from
+	// before the verifiable log (no Log) it is the whole log.
+	UpdateLog []string `json:",omitempty"`
+	// Log is the update log's head (logstore.go).
+	Log *logState `json:",omitempty"`
 	// Pending is the full manifest update waiting for acknowledgements.
 	Pending *pendingUpdate `json:",omitempty"`
 	// Activations counts the activations of each Marble type with
@@ -204,6 +213,7 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	}
 	c := &Core{opts: opts, log: opts.Logger}
 	c.events.limit = opts.ActivationEvents
+	c.logs.segments = opts.LogSegments
 	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger}
 	c.vault.instance, c.vault.source = opts.InstanceID, opts.KeySource
 	snap, err := c.load(ctx)
@@ -339,6 +349,9 @@ func restore(st *sealedState) (*snapshot, error) {
 	if st.State != StateAcceptingMarbles {
 		return nil, fmt.Errorf("stored state %d is not %d", st.State, StateAcceptingMarbles)
 	}
+	if err := ensureLog(st); err != nil {
+		return nil, fmt.Errorf("update log: %w", err)
+	}
 	users, err := user.FromManifest(m)
 	if err != nil {
 		return nil, fmt.Errorf("stored manifest users: %w", err)
@@ -388,6 +401,9 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 			c.opts.OnCommit(CommitResult{Duration: time.Since(start), SealedBytes: size, Err: err})
 		}
 	}()
+	if err := c.prepareLog(ctx, st, true); err != nil {
+		return err
+	}
 	plaintext, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
@@ -538,6 +554,9 @@ func (c *Core) setManifestOnce(ctx context.Context, raw []byte) (map[string][]by
 	var storeErr error
 	if m.Config.SealMode == manifest.SealModeDisabled {
 		c.log.Warn("manifest sets SealMode Disabled: nothing is persisted; a restart starts over in state 2")
+		if err := c.prepareLog(ctx, st, false); err != nil {
+			return nil, err
+		}
 		c.dek, c.header = dek, header
 	} else if storeErr = c.commit(ctx, st, header, dek, m.Config.SealMode); !stored(storeErr) {
 		return nil, storeErr

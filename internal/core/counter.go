@@ -86,6 +86,7 @@ func (c *Core) setMonotonicCounterOnce(ctx context.Context, peer []*x509.Certifi
 		st.MonotonicCounters = map[string]uint64{}
 	}
 	st.MonotonicCounters[key] = value
+	st.Log = st.Log.counted() // recorded as a count (logstore.go)
 	if err := c.persist(ctx, s, &st); !stored(err) {
 		return 0, err
 	} else if err != nil {

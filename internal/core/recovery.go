@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/marblerun"
 	"github.com/quarry-cc/quarry/internal/recovery"
 	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/updatelog"
 	"github.com/quarry-cc/quarry/manifest"
 )
 
@@ -251,6 +253,7 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	if err := c.vault.recovered(ctx, c.asideSuffix("unusable")); err != nil {
 		return err
 	}
+	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.Recovered(c.opts.Now(), snap.fingerprint))
 	err = c.commit(ctx, st, hdr, key, snap.manifest.Config.SealMode)
 	if !stored(err) {
 		return err

@@ -3,7 +3,10 @@ package core
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/secrets"
+	"github.com/quarry-cc/quarry/internal/updatelog"
 	"github.com/quarry-cc/quarry/manifest"
 )
 
@@ -157,6 +161,7 @@ func TestSealModeChanges(t *testing.T) {
 		if got := describe(e.fresh(t)); got != want {
 			t.Fatalf("restart opens %q, want %q", got, want)
 		}
+		wantSansLog := describeSansLog(e.c)
 		// The recovery secret handed out at the Disabled set recovers it.
 		e.breakKey(t)
 		e.open(t)
@@ -164,8 +169,12 @@ func TestSealModeChanges(t *testing.T) {
 		if _, err := e.c.Recover(context.Background(), p, signSecret(w.rec[0], p)); err != nil {
 			t.Fatalf("recovering with the secret from the Disabled set: %v", err)
 		}
-		if got := describe(e.c); got != want {
-			t.Fatalf("recovered %q, want %q", got, want)
+		// The same state, its update log extended by the recovery.
+		if got := describeSansLog(e.c); got != wantSansLog {
+			t.Fatalf("recovered %q, want %q", got, wantSansLog)
+		}
+		if tail := e.c.snap.Load().persisted.UpdateLog; !strings.Contains(tail[len(tail)-1], updatelog.MsgRecovered) {
+			t.Fatalf("the last log entry is %s, not the recovery", tail[len(tail)-1])
 		}
 	})
 	t.Run("Disabled then sealing, new recovery keys", func(t *testing.T) {
@@ -304,4 +313,17 @@ func TestStoredManifestWithDuplicateKeysOpens(t *testing.T) {
 	if f := e.fresh(t); f.Status() != StateAcceptingMarbles {
 		t.Fatalf("a stored manifest with duplicate keys does not open: state %d", f.Status())
 	}
+}
+
+// describeSansLog is describe without the update log (tail and head).
+func describeSansLog(c *Core) string {
+	s := c.snap.Load()
+	st := *s.persisted
+	st.UpdateLog, st.Log = nil, nil
+	b, err := json.Marshal(&st)
+	if err != nil {
+		panic(err)
+	}
+	sum := sha256.Sum256(b)
+	return "running " + hex.EncodeToString(sum[:8]) + " " + s.fingerprint[:8]
 }

@@ -118,12 +118,18 @@ func (c *Core) setSecretsOnce(ctx context.Context, peer []*x509.Certificate, upl
 }
 
 // UpdateLog returns the update log, one JSON entry per string.
-func (c *Core) UpdateLog(context.Context) ([]string, error) {
+// Quarry's own entries (updatelog.IsAudit) are left out, so that the
+// answer stays MarbleRun's.
+func (c *Core) UpdateLog(ctx context.Context) ([]string, error) {
 	s := c.snap.Load()
 	if err := require(s.state, opUpdate); err != nil {
 		return nil, err
 	}
-	return s.persisted.UpdateLog, nil
+	log, err := c.fullLog(ctx, s.persisted)
+	if err != nil {
+		return nil, err
+	}
+	return updatelog.Legacy(log), nil
 }
 
 // persist seals and stores st (under the current data key) unless the seal
@@ -134,6 +140,8 @@ func (c *Core) persist(ctx context.Context, s *snapshot, st *sealedState) error 
 		if err = c.commit(ctx, st, c.header, c.dek, s.manifest.Config.SealMode); !stored(err) {
 			return err
 		}
+	} else if err = c.prepareLog(ctx, st, false); err != nil {
+		return err
 	}
 	next := *s
 	next.persisted = st

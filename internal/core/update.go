@@ -333,8 +333,13 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 	if st.CA, err = authority.Persist(); err != nil {
 		return UpdateResult{}, err
 	}
+	var acked []string
+	if st.Pending != nil {
+		acked = st.Pending.Acknowledged
+	}
 	st.Manifest, st.ManifestSignature, st.Packages, st.Pending = raw, sig, m.Packages, nil
-	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateApplied(now, fingerprint(raw)))
+	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateApplied(now, fingerprint(raw)),
+		updatelog.ManifestChanged(now, acked, s.fingerprint, fingerprint(raw)))
 
 	var res UpdateResult
 	header, dek, newKey := c.header, c.dek, false

@@ -35,6 +35,7 @@ type Coordinator interface {
 	Secrets(ctx context.Context, peer []*x509.Certificate, names []string) (map[string]secrets.Secret, error)
 	SetSecrets(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error
 	UpdateLog(ctx context.Context) ([]string, error)
+	UpdateLogPage(ctx context.Context, after, limit uint64) (core.LogPage, error)
 	Update(ctx context.Context, peer []*x509.Certificate, raw []byte) (core.UpdateResult, error)
 	PendingUpdate(ctx context.Context) (core.PendingUpdate, error)
 	AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (core.UpdateResult, error)
@@ -123,6 +124,7 @@ func (s *server) routes() []route {
 		{method: http.MethodGet, path: v2.PathSecrets, handle: s.getSecrets},
 		{method: http.MethodPost, path: v2.PathSecrets, handle: s.postSecrets},
 		{method: http.MethodGet, path: v2.PathUpdate, handle: s.getUpdateLog},
+		{method: http.MethodGet, path: v2.PathUpdateLog, handle: s.getUpdateLogPage},
 		{method: http.MethodPost, path: v2.PathUpdate, handle: s.postUpdate},
 		{method: http.MethodGet, path: v2.PathUpdateManifest, handle: s.getPendingUpdate},
 		{method: http.MethodPost, path: v2.PathUpdateManifest, handle: s.postAcknowledge},

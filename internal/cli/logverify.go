@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/quarry-cc/quarry/client"
+)
+
+// logVerifyFlags are the options of manifest log --verify.
+type logVerifyFlags struct {
+	verify         bool
+	sinceFile      string
+	saveCheckpoint string
+}
+
+// logSummary is what manifest log --verify reports.
+type logSummary struct {
+	Verified bool `json:"verified"`
+	// Entries is the number of entries verified (after Since, when set).
+	Entries uint64 `json:"entries"`
+	// Since is the count of the saved checkpoint the log extends.
+	Since     *uint64 `json:"since,omitempty"`
+	FirstTime string  `json:"firstTime,omitempty"`
+	LastTime  string  `json:"lastTime,omitempty"`
+	// Fingerprints are the manifest fingerprints the entries name, in
+	// order of first appearance.
+	Fingerprints []string             `json:"fingerprints"`
+	Checkpoint   client.LogCheckpoint `json:"checkpoint"`
+}
+
+// maxCheckpointFile bounds a saved checkpoint file.
+const maxCheckpointFile = 64 << 10
+
+// verifyLog runs manifest log --verify: get fetches and verifies the log
+// (from since, when a checkpoint file is given).
+func (a *app) verifyLog(f logVerifyFlags, get func(since *client.LogCheckpoint) (*client.VerifiedLog, error)) error {
+	var since *client.LogCheckpoint
+	if f.sinceFile != "" {
+		raw, err := readFile(f.sinceFile)
+		if err != nil {
+			return err
+		}
+		if len(raw) > maxCheckpointFile {
+			return usagef("--since-checkpoint %s: larger than %d bytes", f.sinceFile, maxCheckpointFile)
+		}
+		since = &client.LogCheckpoint{}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(since); err != nil {
+			return usagef("--since-checkpoint %s: not a saved checkpoint (JSON with count, head, time, signature): %w", f.sinceFile, err)
+		}
+	}
+	v, err := get(since)
+	if err != nil {
+		return fmt.Errorf("the update log does NOT verify: %w", err)
+	}
+	sum := summarize(v)
+	if since != nil {
+		n := since.Count
+		sum.Since = &n
+	}
+	if f.saveCheckpoint != "" {
+		raw, err := json.MarshalIndent(v.Checkpoint, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := writeFile(f.saveCheckpoint, append(raw, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if a.jsonOutput() {
+		return a.printJSON(sum)
+	}
+	if since != nil {
+		a.printf("update log verified: it extends the saved checkpoint (%d entries) by %s, to %d entries\n", since.Count, plural(int(sum.Entries), "entry"), v.Checkpoint.Count)
+	} else {
+		a.printf("update log verified: %s\n", plural(int(sum.Entries), "entry"))
+	}
+	if sum.FirstTime != "" {
+		a.printf("first entry: %s\nlast entry:  %s\n", sum.FirstTime, sum.LastTime)
+	}
+	a.printf("checkpoint: %d entries, head %s, signed %s by the pinned root\n", v.Checkpoint.Count, v.Checkpoint.Head, v.Checkpoint.Time)
+	if len(sum.Fingerprints) > 0 {
+		a.printf("manifest fingerprints seen:\n  %s\n", strings.Join(sum.Fingerprints, "\n  "))
+	}
+	return nil
+}
+
+// summarize reads the times and fingerprints of the verified entries.
+func summarize(v *client.VerifiedLog) logSummary {
+	sum := logSummary{Verified: true, Entries: uint64(len(v.Records)), Checkpoint: v.Checkpoint, Fingerprints: []string{}}
+	for _, r := range v.Records {
+		var e map[string]any
+		if json.Unmarshal([]byte(r.Entry), &e) != nil {
+			continue
+		}
+		if t, ok := e["time"].(string); ok {
+			if sum.FirstTime == "" {
+				sum.FirstTime = t
+			}
+			sum.LastTime = t
+		}
+		for _, k := range []string{"oldManifestFingerprint", "manifestFingerprint"} {
+			if fp, ok := e[k].(string); ok && fp != "" && !slices.Contains(sum.Fingerprints, fp) {
+				sum.Fingerprints = append(sum.Fingerprints, fp)
+			}
+		}
+	}
+	return sum
+}

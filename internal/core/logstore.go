@@ -1,0 +1,425 @@
+package core
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quarry-cc/quarry/api/logchain"
+	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/store"
+	"github.com/quarry-cc/quarry/internal/updatelog"
+)
+
+// The update log (docs/update-log.md, issue 18) lives beside the state:
+// full segments of updatelog.SegmentSize entries, each sealed in a store of
+// its own (Options.LogSegments), written once and never changed; the
+// entries after the last full segment (the tail) and the head (count, hash,
+// segment count, signed checkpoint) stay in the sealed state
+// (sealedState.UpdateLog and sealedState.Log).
+//
+// A change appends its entries to the tail. At the next commit, the
+// segments that the tail's already stored entries fill are written first,
+// then the state that references them (crash-safe: a segment that no state
+// references is ignored and written again; a stored state never references
+// a segment that is not stored). Only entries that a stored state already
+// holds go into segments, so that instances racing on a shared store write
+// identical segments: every stored state is on one linear history. A
+// change therefore writes the state (with a tail of at most
+// SegmentSize-1 stored entries plus its own) and, once every SegmentSize
+// entries, one segment: its cost does not grow with the log's length.
+
+// logState is the head of the update log in the sealed state.
+type logState struct {
+	// ID identifies this log (a new one with every new manifest set).
+	ID []byte
+	// Key seals the segments (32 bytes). It is kept in the state rather
+	// than the data key so that a new data key does not orphan segments.
+	Key []byte
+	// Count and Head are the number of entries and the last entry's hash.
+	Count uint64
+	Head  logchain.Hash
+	// Segments is the number of full segments stored; the tail (the
+	// state's UpdateLog) holds entries Segments*SegmentSize+1 on.
+	Segments uint64
+	// TailPrev is the hash before the tail's first entry.
+	TailPrev logchain.Hash
+	// Checkpoint is the head signed by the root key at the last change.
+	Checkpoint logchain.Checkpoint
+	// CounterIncrements counts the monotonic-counter increments;
+	// RecordedIncrements and RecordedActivations are the counts (and the
+	// state's Activations) the log last recorded. Marble activity is
+	// recorded only as counts, with the next entry (marbleUsage).
+	CounterIncrements   uint64            `json:",omitempty"`
+	RecordedIncrements  uint64            `json:",omitempty"`
+	RecordedActivations map[string]uint64 `json:",omitempty"`
+}
+
+// counted returns a copy of l with one more counter increment.
+func (l *logState) counted() *logState {
+	if l == nil {
+		return nil
+	}
+	n := *l
+	n.CounterIncrements++
+	return &n
+}
+
+// marbleUsage returns the entry that records the activations (of Marbles
+// with MaxActivations) and counter increments since the log last recorded
+// them, and updates l's record; "" when there were none.
+func marbleUsage(l *logState, activations map[string]uint64, now time.Time) string {
+	since := map[string]uint64{}
+	for t, n := range activations {
+		if d := n - l.RecordedActivations[t]; n > l.RecordedActivations[t] {
+			since[t] = d
+		}
+	}
+	incs := l.CounterIncrements - l.RecordedIncrements
+	if len(since) == 0 && incs == 0 {
+		return ""
+	}
+	l.RecordedActivations = maps.Clone(activations)
+	l.RecordedIncrements = l.CounterIncrements
+	return updatelog.MarbleUsage(now, since, incs)
+}
+
+func (l *logState) head() logchain.Head { return logchain.Head{Count: l.Count, Hash: l.Head} }
+
+// segmentCacheSize bounds the decoded segments kept in memory.
+const segmentCacheSize = 256
+
+// logStore reads and writes the segments, with a cache of decoded ones
+// (segments never change once a state references them).
+type logStore struct {
+	// segments returns the store of segment n; nil keeps the whole log in
+	// the state (no segments).
+	segments func(n uint64) (store.Store, error)
+
+	mu      sync.Mutex
+	cacheID []byte
+	cache   map[uint64][]logchain.Record
+	// rootDER and rootKey cache the parsed root key.
+	rootDER []byte
+	rootKey *ecdsa.PrivateKey
+}
+
+// ErrLogDamaged means a stored segment of the update log is missing or
+// does not open.
+var ErrLogDamaged = errors.New("the stored update log is damaged")
+
+// signer returns the parsed root key of the state.
+func (l *logStore) signer(der []byte) (*ecdsa.PrivateKey, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rootKey != nil && string(l.rootDER) == string(der) {
+		return l.rootKey, nil
+	}
+	k, err := x509.ParseECPrivateKey(der)
+	if err != nil {
+		return nil, fmt.Errorf("root key: %w", err)
+	}
+	l.rootDER, l.rootKey = slices.Clone(der), k
+	return k, nil
+}
+
+// newLogState starts an empty log whose identity and key derive from the
+// state's root secret (new with every manifest set): instances converting
+// the same stored state on a shared store derive the same log, so that
+// their segments are interchangeable.
+func newLogState(st *sealedState) (*logState, error) {
+	if len(st.RootSecret) == 0 {
+		return nil, errors.New("the state has no root secret")
+	}
+	id := sha256.Sum256(append([]byte("quarry update log id\x00"), st.RootSecret...))
+	key := sha256.Sum256(append([]byte("quarry update log key\x00"), st.RootSecret...))
+	return &logState{ID: id[:16], Key: key[:]}, nil
+}
+
+// prepareLog brings st.Log up to date with the entries appended to the
+// tail (st.UpdateLog) since the state st was copied from: chains them,
+// writes the full segments of already stored tail entries when flush is
+// set, and signs the new head. A state without Log (before this change,
+// or a new manifest) gets a new log whose first entries are its UpdateLog.
+// Callers hold mu.
+func (c *Core) prepareLog(ctx context.Context, st *sealedState, flush bool) error {
+	old := st.Log
+	fresh := old == nil
+	if fresh {
+		var err error
+		if old, err = newLogState(st); err != nil {
+			return fmt.Errorf("starting the update log: %w", err)
+		}
+	}
+	const size = updatelog.SegmentSize
+	stored := old.Count - old.Segments*size
+	if uint64(len(st.UpdateLog)) < stored {
+		return fmt.Errorf("%w: the tail has %d entries, the head says %d", ErrLogDamaged, len(st.UpdateLog), stored)
+	}
+	added := uint64(len(st.UpdateLog)) - stored
+	k := uint64(0)
+	if flush && c.logs.segments != nil {
+		k = stored / size
+	}
+	if added == 0 && k == 0 && !fresh {
+		return nil
+	}
+	nl := *old
+	if added > 0 && !fresh {
+		// Marble activity since the last entry, as counts, before the
+		// change's own entries.
+		if e := marbleUsage(&nl, st.Activations, c.opts.Now()); e != "" {
+			st.UpdateLog = slices.Insert(slices.Clip(st.UpdateLog), int(stored), e)
+		}
+	}
+	tail := st.UpdateLog
+	// The new head chains only the added entries; the tail's hashes are
+	// needed only to write segments.
+	h := old.head().Append(tail[stored:]...)
+	nl.Count, nl.Head = h.Count, h.Hash
+	var recs []logchain.Record
+	if k > 0 {
+		recs = logchain.Chain(logchain.Head{Count: old.Segments * size, Hash: old.TailPrev}, tail[:k*size])
+	}
+	for i := range k {
+		prev := old.TailPrev
+		if i > 0 {
+			prev = recs[i*size-1].Hash
+		}
+		if err := c.writeSegment(ctx, &nl, old.Segments+i, prev, tail[i*size:(i+1)*size]); err != nil {
+			return err
+		}
+	}
+	if k > 0 {
+		nl.TailPrev = recs[k*size-1].Hash
+		nl.Segments += k
+		st.UpdateLog = slices.Clone(tail[k*size:])
+	}
+	if added > 0 || fresh {
+		key, err := c.logs.signer(st.CA.RootKey)
+		if err != nil {
+			return err
+		}
+		if nl.Checkpoint, err = logchain.Sign(rand.Reader, key, nl.head(), c.opts.Now()); err != nil {
+			return err
+		}
+	}
+	st.Log = &nl
+	return nil
+}
+
+// segmentHeader is the public header of a sealed segment.
+type segmentHeader struct {
+	Segment uint64 `json:"updatelogSegment"`
+}
+
+// writeSegment seals and stores segment n (overwriting whatever an
+// interrupted write left there).
+func (c *Core) writeSegment(ctx context.Context, l *logState, n uint64, prev logchain.Hash, entries []string) error {
+	s, err := c.logs.segments(n)
+	if err != nil {
+		return fmt.Errorf("update log segment %d: %w", n, err)
+	}
+	plaintext, err := json.Marshal(updatelog.Segment{Log: l.ID, Index: n, Prev: prev, Entries: entries})
+	if err != nil {
+		return err
+	}
+	hdr, err := json.Marshal(segmentHeader{Segment: n})
+	if err != nil {
+		return err
+	}
+	blob, err := seal.Seal(c.opts.Rand, l.Key, hdr, plaintext)
+	if err != nil {
+		return fmt.Errorf("sealing update log segment %d: %w", n, err)
+	}
+	for range 4 {
+		_, rev, err := s.Load(ctx)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("reading update log segment %d: %w", n, err)
+		}
+		if _, err = s.Save(ctx, blob, rev); err == nil {
+			return nil
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("storing update log segment %d: %w", n, err)
+		}
+	}
+	return fmt.Errorf("storing update log segment %d: %w", n, store.ErrConflict)
+}
+
+// readSegment returns the records of stored segment n of l.
+func (c *Core) readSegment(ctx context.Context, l *logState, n uint64) ([]logchain.Record, error) {
+	c.logs.mu.Lock()
+	if string(c.logs.cacheID) != string(l.ID) {
+		c.logs.cacheID, c.logs.cache = slices.Clone(l.ID), map[uint64][]logchain.Record{}
+	}
+	recs, ok := c.logs.cache[n]
+	c.logs.mu.Unlock()
+	if ok {
+		return recs, nil
+	}
+	if c.logs.segments == nil {
+		return nil, fmt.Errorf("%w: segment %d is referenced but no segment store is configured", ErrLogDamaged, n)
+	}
+	s, err := c.logs.segments(n)
+	if err != nil {
+		return nil, fmt.Errorf("update log segment %d: %w", n, err)
+	}
+	blob, _, err := s.Load(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: segment %d is missing", ErrLogDamaged, n)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading update log segment %d: %w", n, err)
+	}
+	_, plaintext, err := seal.Open(l.Key, blob)
+	if err != nil {
+		return nil, fmt.Errorf("%w: segment %d does not open: %v", ErrLogDamaged, n, err)
+	}
+	if recs, err = updatelog.DecodeSegment(plaintext, l.ID, n); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrLogDamaged, err)
+	}
+	c.logs.mu.Lock()
+	if string(c.logs.cacheID) == string(l.ID) {
+		if len(c.logs.cache) >= segmentCacheSize {
+			for k := range c.logs.cache {
+				delete(c.logs.cache, k)
+				break
+			}
+		}
+		c.logs.cache[n] = recs
+	}
+	c.logs.mu.Unlock()
+	return recs, nil
+}
+
+// records returns entries after+1 to min(after+limit, count) of st's log.
+func (c *Core) records(ctx context.Context, st *sealedState, after, limit uint64) ([]logchain.Record, error) {
+	l := st.Log
+	end := min(l.Count, after+limit)
+	if limit > l.Count { // after+limit may overflow
+		end = l.Count
+	}
+	if after >= end {
+		return []logchain.Record{}, nil
+	}
+	const size = updatelog.SegmentSize
+	out := make([]logchain.Record, 0, end-after)
+	seq := after + 1
+	for seq <= end && seq <= l.Segments*size {
+		n := (seq - 1) / size
+		recs, err := c.readSegment(ctx, l, n)
+		if err != nil {
+			return nil, err
+		}
+		first := n*size + 1
+		last := min(end, (n+1)*size)
+		out = append(out, recs[seq-first:last-first+1]...)
+		seq = last + 1
+	}
+	if seq <= end {
+		base := l.Segments * size
+		tail := logchain.Chain(logchain.Head{Count: base, Hash: l.TailPrev}, st.UpdateLog)
+		out = append(out, tail[seq-base-1:end-base]...)
+	}
+	return out, nil
+}
+
+// ensureLog gives a state from before the verifiable log one, in memory:
+// its entries become the start of the chain. The converted state is
+// written (its entries into segments) with the next change; until then the
+// stored state is the old one, so a crash at any point loses nothing.
+func ensureLog(st *sealedState) error {
+	if st.Log != nil {
+		return nil
+	}
+	l, err := newLogState(st)
+	if err != nil {
+		return err
+	}
+	if len(st.UpdateLog) > 0 {
+		recs := logchain.Chain(logchain.Head{}, st.UpdateLog)
+		l.Count, l.Head = recs[len(recs)-1].Seq, recs[len(recs)-1].Hash
+	}
+	key, err := x509.ParseECPrivateKey(st.CA.RootKey)
+	if err != nil {
+		return fmt.Errorf("root key: %w", err)
+	}
+	if l.Checkpoint, err = logchain.Sign(rand.Reader, key, l.head(), time.Now()); err != nil {
+		return err
+	}
+	st.Log = l
+	return nil
+}
+
+// LogPage is a page of the verifiable update log.
+type LogPage struct {
+	// Records are entries After+1 on.
+	Records []logchain.Record
+	// Prev is the hash of entry After (zero for After 0).
+	Prev logchain.Hash
+	// Checkpoint is the latest signed head.
+	Checkpoint logchain.Checkpoint
+}
+
+// Page limits of UpdateLogPage.
+const (
+	DefaultLogPage = 1000
+	MaxLogPage     = 10000
+)
+
+// UpdateLogPage returns up to limit entries after entry number after (0:
+// from the start) with their chain hashes, and the latest signed
+// checkpoint.
+func (c *Core) UpdateLogPage(ctx context.Context, after, limit uint64) (LogPage, error) {
+	s := c.snap.Load()
+	if err := require(s.state, opUpdate); err != nil {
+		return LogPage{}, err
+	}
+	if limit == 0 {
+		limit = DefaultLogPage
+	}
+	limit = min(limit, MaxLogPage)
+	st := s.persisted
+	if after > st.Log.Count {
+		return LogPage{}, classify(ErrInvalidRequest, fmt.Errorf("after %d is beyond the log's %d entries", after, st.Log.Count))
+	}
+	from := after
+	if after > 0 {
+		from--
+	}
+	recs, err := c.records(ctx, st, from, limit+after-from)
+	if err != nil {
+		return LogPage{}, err
+	}
+	page := LogPage{Records: recs, Checkpoint: st.Log.Checkpoint}
+	if after > 0 {
+		page.Prev, page.Records = recs[0].Hash, recs[1:]
+	}
+	return page, nil
+}
+
+// fullLog returns every entry of st's log.
+func (c *Core) fullLog(ctx context.Context, st *sealedState) ([]string, error) {
+	if st.Log == nil || st.Log.Segments == 0 {
+		return st.UpdateLog, nil
+	}
+	recs, err := c.records(ctx, st, 0, st.Log.Count)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.Entry
+	}
+	return out, nil
+}

@@ -1,0 +1,433 @@
+package core
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quarry-cc/quarry/api/logchain"
+	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/secrets"
+	"github.com/quarry-cc/quarry/internal/store"
+	"github.com/quarry-cc/quarry/internal/store/memstore"
+	"github.com/quarry-cc/quarry/internal/updatelog"
+)
+
+// segStores keeps update log segments in memory, one store each.
+type segStores struct {
+	mu sync.Mutex
+	m  map[uint64]*memstore.Store
+}
+
+func newSegStores() *segStores { return &segStores{m: map[uint64]*memstore.Store{}} }
+
+func (s *segStores) get(n uint64) (store.Store, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[n] == nil {
+		s.m[n] = memstore.New()
+	}
+	return s.m[n], nil
+}
+
+func (s *segStores) stored() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, st := range s.m {
+		if _, _, err := st.Load(context.Background()); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// failingStore fails Save while fail is set.
+type failingStore struct {
+	store.Store
+	fail atomic.Bool
+}
+
+var errInjected = errors.New("injected store failure")
+
+func (f *failingStore) Save(ctx context.Context, blob []byte, prev store.Revision) (store.Revision, error) {
+	if f.fail.Load() {
+		return "", errInjected
+	}
+	return f.Store.Save(ctx, blob, prev)
+}
+
+func logOptions(data, key store.Store, segs *segStores) Options {
+	o := Options{Data: data, Key: key, KeySealer: seal.SimulationKeySealer{}}
+	if segs != nil {
+		o.LogSegments = segs.get
+	}
+	return o
+}
+
+// verifyLog reads c's whole log in pages of 50 and verifies it against c's
+// root and checkpoint; it returns the records.
+func verifyLog(t testing.TB, c *Core) []logchain.Record {
+	t.Helper()
+	root := c.snap.Load().ca.Root
+	var all []logchain.Record
+	h := logchain.Head{}
+	var cp logchain.Checkpoint
+	for {
+		p, err := c.UpdateLogPage(context.Background(), h.Count, 50)
+		if err != nil {
+			t.Fatalf("page after %d: %v", h.Count, err)
+		}
+		if p.Prev != h.Hash {
+			t.Fatalf("page after %d: prev %s, want %s", h.Count, p.Prev, h.Hash)
+		}
+		cp = p.Checkpoint
+		if h, err = logchain.VerifyPage(root, cp, h, p.Records); err != nil {
+			t.Fatalf("page after %d: %v", h.Count, err)
+		}
+		all = append(all, p.Records...)
+		if len(p.Records) == 0 {
+			break
+		}
+	}
+	if h != cp.HeadOf() {
+		t.Fatalf("log ends at %v, checkpoint %v", h, cp.HeadOf())
+	}
+	legacy, err := c.UpdateLog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, r := range all {
+		if !updatelog.IsAudit(r.Entry) {
+			want = append(want, r.Entry)
+		}
+	}
+	if !slices.Equal(legacy, want) {
+		t.Fatalf("GET update shows %d entries, the verifiable log %d", len(legacy), len(want))
+	}
+	return all
+}
+
+func upload(t testing.TB, c *Core, peer []*x509.Certificate, n int) {
+	t.Helper()
+	for range n {
+		if err := c.SetSecrets(context.Background(), peer, map[string]secrets.Upload{"upload": {Key: make([]byte, 32)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestLogSegmentsAppendReadRestart(t *testing.T) {
+	data, key, segs := memstore.New(), memstore.New(), newSegStores()
+	c, peer := stateWithSecretsOpts(t, 1, logOptions(data, key, segs))
+	upload(t, c, peer, 200)
+	recs := verifyLog(t, c)
+	if len(recs) != 201 {
+		t.Fatalf("%d entries, want 201", len(recs))
+	}
+	st := c.snap.Load().persisted
+	if segs.stored() < 2 || st.Log.Segments != uint64(segs.stored()) || len(st.UpdateLog) >= 2*updatelog.SegmentSize {
+		t.Fatalf("%d segments stored, state references %d, tail %d", segs.stored(), st.Log.Segments, len(st.UpdateLog))
+	}
+	// A restart reads the segments back: the same entries and hashes.
+	c2, err := New(context.Background(), logOptions(data, key, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := verifyLog(t, c2); !slices.Equal(again, recs) {
+		t.Fatal("the log read after a restart differs")
+	}
+}
+
+// A segment written without the state that references it (a crash or a
+// failed state write) is ignored, and written again at the next append.
+func TestLogSegmentWithoutState(t *testing.T) {
+	data := &failingStore{Store: memstore.New()}
+	key, segs := memstore.New(), newSegStores()
+	c, peer := stateWithSecretsOpts(t, 1, logOptions(data, key, segs))
+	upload(t, c, peer, updatelog.SegmentSize) // 65 stored entries: the next change writes segment 0
+	before := verifyLog(t, c)
+	data.fail.Store(true)
+	if err := c.SetSecrets(context.Background(), peer, map[string]secrets.Upload{"upload": {Key: make([]byte, 32)}}); !errors.Is(err, errInjected) {
+		t.Fatalf("state write failed: %v", err)
+	}
+	if segs.stored() != 1 {
+		t.Fatalf("%d segments written, want 1", segs.stored())
+	}
+	data.fail.Store(false)
+	c2, err := New(context.Background(), logOptions(data, key, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := verifyLog(t, c2); !slices.Equal(got, before) {
+		t.Fatalf("after the failed change: %d entries, want the %d before", len(got), len(before))
+	}
+	upload(t, c2, peer, 1)
+	if got := verifyLog(t, c2); len(got) != len(before)+1 || !slices.Equal(got[:len(before)], before) {
+		t.Fatal("the next change does not extend the log")
+	}
+}
+
+func TestLogMissingSegmentIsNamed(t *testing.T) {
+	data, key, segs := memstore.New(), memstore.New(), newSegStores()
+	c, peer := stateWithSecretsOpts(t, 1, logOptions(data, key, segs))
+	upload(t, c, peer, 2*updatelog.SegmentSize)
+	segs.mu.Lock()
+	segs.m[0] = memstore.New()
+	segs.mu.Unlock()
+	c2, err := New(context.Background(), logOptions(data, key, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.UpdateLog(context.Background()); !errors.Is(err, ErrLogDamaged) {
+		t.Fatalf("GET update with a missing segment: %v", err)
+	}
+	if _, err := c2.UpdateLogPage(context.Background(), 0, 10); !errors.Is(err, ErrLogDamaged) {
+		t.Fatalf("GET update-log with a missing segment: %v", err)
+	}
+	// The entries after the missing segment are still served.
+	if _, err := c2.UpdateLogPage(context.Background(), updatelog.SegmentSize+1, 10); err != nil {
+		t.Fatalf("page after the missing segment: %v", err)
+	}
+}
+
+// storeOldFormat stores st as a state from before the verifiable log (no
+// Log, the whole log in UpdateLog), bypassing prepareLog.
+func storeOldFormat(t *testing.T, c *Core, st sealedState) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.Log = nil
+	plaintext, err := json.Marshal(&st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr, err := json.Marshal(c.header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, err := seal.Seal(nil, c.dek, hdr, plaintext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.vault.commit(context.Background(), blob, c.dek, c.snap.Load().manifest.Config.SealMode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLogConversionOfOldState(t *testing.T) {
+	data, key, segs := memstore.New(), memstore.New(), newSegStores()
+	// Without segments the whole log stays in the state, as before.
+	c, peer := stateWithSecretsOpts(t, 1, logOptions(data, key, nil))
+	upload(t, c, peer, 150)
+	old := c.snap.Load().persisted
+	entries := slices.Clone(old.UpdateLog)
+	storeOldFormat(t, c, *old)
+
+	// Loaded twice: the conversion is deterministic (instances sharing a
+	// store convert alike), and the old entries start the chain.
+	c1, err := New(context.Background(), logOptions(data, key, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := New(context.Background(), logOptions(data, key, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, r2 := verifyLog(t, c1), verifyLog(t, c2)
+	if !slices.Equal(r1, r2) || len(r1) != len(entries) {
+		t.Fatalf("conversions differ or lose entries: %d, %d, want %d", len(r1), len(r2), len(entries))
+	}
+	for i, r := range r1 {
+		if r.Entry != entries[i] {
+			t.Fatalf("entry %d changed by the conversion", i+1)
+		}
+	}
+	// Nothing is written until the next change (a crash before it finds
+	// the old state); that change writes the segments.
+	if segs.stored() != 0 {
+		t.Fatalf("%d segments written at load", segs.stored())
+	}
+	upload(t, c1, peer, 1)
+	if segs.stored() != len(entries)/updatelog.SegmentSize {
+		t.Fatalf("%d segments after the first change, want %d", segs.stored(), len(entries)/updatelog.SegmentSize)
+	}
+	c3, err := New(context.Background(), logOptions(data, key, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := verifyLog(t, c3); len(got) != len(entries)+1 || !slices.Equal(got[:len(entries)], r1) {
+		t.Fatal("the converted log is not extended by the change")
+	}
+}
+
+func TestUpdateLogPageBounds(t *testing.T) {
+	c, peer := stateWithSecretsOpts(t, 1, logOptions(memstore.New(), memstore.New(), newSegStores()))
+	upload(t, c, peer, 3)
+	if _, err := c.UpdateLogPage(context.Background(), 5, 1); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("after beyond the log: %v", err)
+	}
+	p, err := c.UpdateLogPage(context.Background(), 4, 0)
+	if err != nil || len(p.Records) != 0 || p.Checkpoint.Count != 4 {
+		t.Fatalf("after the last entry: %v %+v", err, p)
+	}
+	p, err = c.UpdateLogPage(context.Background(), 1, 2)
+	if err != nil || len(p.Records) != 2 || p.Records[0].Seq != 2 {
+		t.Fatalf("middle page: %v %+v", err, p)
+	}
+}
+
+// growLog makes c's log n entries long: full segments written directly and
+// the rest in the tail (the setup of the benchmarks).
+func growLog(tb testing.TB, c *Core, n int) {
+	tb.Helper()
+	ctx := context.Background()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.snap.Load()
+	st := *s.persisted
+	l := *st.Log
+	all := slices.Clone(st.UpdateLog)
+	now := time.Now()
+	for i := len(all); i < n; i++ {
+		all = append(all, updatelog.SecretSet(now, "alice", fmt.Sprintf("s%d", i), "symmetric-key"))
+	}
+	const size = updatelog.SegmentSize
+	recs := logchain.Chain(logchain.Head{}, all)
+	k := uint64(len(all) / size)
+	for i := range k {
+		prev := logchain.Hash{}
+		if i > 0 {
+			prev = recs[i*size-1].Hash
+		}
+		if err := c.writeSegment(ctx, &l, i, prev, all[i*size:(i+1)*size]); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if k > 0 {
+		l.TailPrev = recs[k*size-1].Hash
+	}
+	l.Segments, l.Count, l.Head = k, uint64(len(all)), recs[len(recs)-1].Hash
+	st.UpdateLog = slices.Clone(all[k*size:])
+	key, err := c.logs.signer(st.CA.RootKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if l.Checkpoint, err = logchain.Sign(nil, key, l.head(), now); err != nil {
+		tb.Fatal(err)
+	}
+	st.Log = &l
+	if err := c.commit(ctx, &st, c.header, c.dek, s.manifest.Config.SealMode); err != nil {
+		tb.Fatal(err)
+	}
+	next := *s
+	next.persisted = &st
+	c.snap.Store(&next)
+}
+
+func TestGrowLogVerifies(t *testing.T) {
+	c, peer := stateWithSecretsOpts(t, 1, logOptions(memstore.New(), memstore.New(), newSegStores()))
+	growLog(t, c, 1000)
+	upload(t, c, peer, 1)
+	if got := verifyLog(t, c); len(got) != 1001 {
+		t.Fatalf("%d entries", len(got))
+	}
+}
+
+// BenchmarkLogStateChange measures a state change (a secret upload: one
+// entry) with a log of 10, 10,000 and 1,000,000 entries: the cost does not
+// grow with the log.
+func BenchmarkLogStateChange(b *testing.B) {
+	for _, n := range []int{10, 10_000, 1_000_000} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			c, peer := stateWithSecretsOpts(b, 10, logOptions(memstore.New(), memstore.New(), newSegStores()))
+			growLog(b, c, n)
+			upload := map[string]secrets.Upload{"upload": {Key: make([]byte, 32)}}
+			b.ResetTimer()
+			for b.Loop() {
+				if err := c.SetSecrets(context.Background(), peer, upload); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLogLastPage measures GET /api/v2/update-log's use case for the
+// last 100 entries of a log of 1,000,000 (segments cached, and cold).
+func BenchmarkLogLastPage(b *testing.B) {
+	c, _ := stateWithSecretsOpts(b, 10, logOptions(memstore.New(), memstore.New(), newSegStores()))
+	growLog(b, c, 1_000_000)
+	after := c.snap.Load().persisted.Log.Count - 100
+	for _, cold := range []bool{false, true} {
+		b.Run(fmt.Sprintf("cold=%v", cold), func(b *testing.B) {
+			for b.Loop() {
+				if cold {
+					c.logs.mu.Lock()
+					c.logs.cache = map[uint64][]logchain.Record{}
+					c.logs.mu.Unlock()
+				}
+				p, err := c.UpdateLogPage(context.Background(), after, 100)
+				if err != nil || len(p.Records) != 100 {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// Marble activity (activations of types with MaxActivations, counter
+// increments) changes the state without entries; the next change records
+// it as counts, in the verifiable log only.
+func TestLogRecordsMarbleActivityAsCounts(t *testing.T) {
+	c, peer := stateWithSecretsOpts(t, 1, logOptions(memstore.New(), memstore.New(), newSegStores()))
+	activity := func(activations map[string]uint64, increments int) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for range increments {
+			s := c.snap.Load()
+			st := *s.persisted
+			st.Activations = maps.Clone(activations)
+			st.Log = st.Log.counted()
+			if err := c.persist(context.Background(), s, &st); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before := verifyLog(t, c)
+	activity(map[string]uint64{"m": 3}, 5)
+	if got := verifyLog(t, c); len(got) != len(before) {
+		t.Fatalf("activity alone added %d entries", len(got)-len(before))
+	}
+	upload(t, c, peer, 1)
+	activity(map[string]uint64{"m": 4}, 1)
+	upload(t, c, peer, 2)
+	recs := verifyLog(t, c)
+	var usage []map[string]any
+	for _, r := range recs {
+		if strings.Contains(r.Entry, updatelog.MsgMarbleUsage) {
+			var e map[string]any
+			if err := json.Unmarshal([]byte(r.Entry), &e); err != nil {
+				t.Fatal(err)
+			}
+			usage = append(usage, e)
+		}
+	}
+	if len(recs) != len(before)+5 || len(usage) != 2 {
+		t.Fatalf("%d entries (want %d), %d activity entries (want 2)", len(recs), len(before)+5, len(usage))
+	}
+	if fmt.Sprint(usage[0]["activations"], usage[0]["counterIncrements"]) != "map[m:3] 5" ||
+		fmt.Sprint(usage[1]["activations"], usage[1]["counterIncrements"]) != "map[m:1] 1" {
+		t.Fatalf("activity entries %v", usage)
+	}
+}
