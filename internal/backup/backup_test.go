@@ -248,7 +248,7 @@ func TestDecodeRefusesForeignContent(t *testing.T) {
 	}{
 		{"empty file", "truncated", nil},
 		{"not a tar", "not a tar archive", bytes.Repeat([]byte("garbage "), 200)},
-		{"newer version", "format version 2", forged(t, 2, Format, s.blob, keyFile(t, s.entry))},
+		{"newer version", fmt.Sprintf("format version %d", Version+1), forged(t, Version+1, Format, s.blob, keyFile(t, s.entry))},
 		{"other format", "format \"something\"", forged(t, Version, "something", s.blob, keyFile(t, s.entry))},
 		{"key of another state", "no entry bound to sealed_data", forged(t, Version, Format, s.blob, keyFile(t, other.entry))},
 		{"data not sealed", "sealed_data", forged(t, Version, Format, []byte("plain text, not sealed"), keyFile(t, s.entry))},
