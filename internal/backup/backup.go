@@ -1,12 +1,14 @@
 package backup
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/seal"
@@ -50,6 +52,12 @@ type TakeInfo struct {
 	Locked bool
 	// Attempts is how many reads it took.
 	Attempts int
+	// Skipped lists the files under LogDir named like a segment that are
+	// not a well-formed sealed segment and were left out, with why. No
+	// state references such a file (segments are written whole, by
+	// rename, before any state references them), unless the disk damaged
+	// it.
+	Skipped []string
 }
 
 // Take reads one consistent revision of the sealed state in dir, whether or
@@ -104,6 +112,11 @@ func Take(ctx context.Context, dir string, opts TakeOptions) (*Archive, TakeInfo
 		}
 		a, retry, err := readPair(dir, opts.readFile)
 		if err == nil {
+			// Every segment the pair references was stored before it
+			// and is never changed after: listed now, it is there.
+			if a.Segments, info.Skipped, err = readSegments(dir, opts.readFile); err != nil {
+				return nil, info, err
+			}
 			a.Created = opts.Now().UTC().Truncate(time.Second)
 			return a, info, nil
 		}
@@ -119,6 +132,56 @@ func Take(ctx context.Context, dir string, opts TakeOptions) (*Archive, TakeInfo
 		}
 	}
 	return nil, info, fmt.Errorf("after %d attempts: %w", opts.Attempts, last)
+}
+
+// readSegments reads the update log segment files under dir/LogDir, by
+// ascending index. Only files named by a canonical decimal number are
+// segments (not <n>.tmp, <n>.before-restore-..., or anything else). A
+// segment file that is not a well-formed sealed segment naming its own
+// index is skipped and reported: a Coordinator writes each segment whole
+// and renames it into place, so a referenced segment always parses, and
+// an unreferenced one is ignored and rewritten by the Coordinator anyway;
+// skipping one that the disk damaged still backs up the state (whose log
+// cannot be read past it with or without the backup).
+func readSegments(dir string, readFile func(string) ([]byte, error)) (segs []Segment, skipped []string, err error) {
+	logDir := filepath.Join(dir, LogDir)
+	ents, err := os.ReadDir(logDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s: %w", LogDir, err)
+	}
+	var total int64
+	for _, e := range ents { // sorted by name; sorted by index below
+		n, ok := parseSegmentName(e.Name())
+		if !ok {
+			continue
+		}
+		s := Segment{Index: n}
+		if !e.Type().IsRegular() {
+			skipped = append(skipped, s.Name()+": not a regular file")
+			continue
+		}
+		blob, err := readFile(filepath.Join(logDir, e.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // never removed by a Coordinator; someone else did
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("read %s: %w", s.Name(), err)
+		}
+		if err := checkSegment(n, blob); err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s: %v", s.Name(), err))
+			continue
+		}
+		if total += int64(len(blob)); total > MaxLogSize {
+			return nil, nil, fmt.Errorf("the update log segments exceed %d bytes", int64(MaxLogSize))
+		}
+		s.Blob = blob
+		segs = append(segs, s)
+	}
+	slices.SortFunc(segs, func(a, b Segment) int { return cmp.Compare(a.Index, b.Index) })
+	return segs, skipped, nil
 }
 
 // readPair reads sealed_data then sealed_key once. retry reports whether

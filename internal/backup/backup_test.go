@@ -248,7 +248,7 @@ func TestDecodeRefusesForeignContent(t *testing.T) {
 	}{
 		{"empty file", "truncated", nil},
 		{"not a tar", "not a tar archive", bytes.Repeat([]byte("garbage "), 200)},
-		{"newer version", "format version 2", forged(t, 2, Format, s.blob, keyFile(t, s.entry))},
+		{"newer version", fmt.Sprintf("format version %d", Version+1), forged(t, Version+1, Format, s.blob, keyFile(t, s.entry))},
 		{"other format", "format \"something\"", forged(t, Version, "something", s.blob, keyFile(t, s.entry))},
 		{"key of another state", "no entry bound to sealed_data", forged(t, Version, Format, s.blob, keyFile(t, other.entry))},
 		{"data not sealed", "sealed_data", forged(t, Version, Format, []byte("plain text, not sealed"), keyFile(t, s.entry))},
@@ -424,6 +424,12 @@ func snapshot(t *testing.T, dir string) map[string]string {
 		if e.Name() == ".lock" { // created by the lock
 			continue
 		}
+		if e.IsDir() {
+			for k, v := range snapshot(t, filepath.Join(dir, e.Name())) {
+				out[e.Name()+"/"+k] = v
+			}
+			continue
+		}
 		out[e.Name()] = string(readFile(t, filepath.Join(dir, e.Name())))
 	}
 	return out
@@ -550,6 +556,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(good)
 	f.Add(good[:len(good)/2])
 	f.Add([]byte{})
+	f.Add(encode(f, withSegments(f, s.archive(f), 0, 1)))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		a, err := Decode(bytes.NewReader(raw))
 		if err != nil {
@@ -568,7 +575,8 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal(err)
 		}
 		b, err := Decode(&buf)
-		if err != nil || !bytes.Equal(a.Data, b.Data) || !bytes.Equal(a.Key, b.Key) || !a.Created.Equal(b.Created) {
+		if err != nil || !bytes.Equal(a.Data, b.Data) || !bytes.Equal(a.Key, b.Key) || !a.Created.Equal(b.Created) ||
+			fmt.Sprint(a.Segments) != fmt.Sprint(b.Segments) {
 			t.Fatalf("re-encoded backup: %v", err)
 		}
 	})

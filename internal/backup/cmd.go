@@ -75,7 +75,8 @@ func Main(name string, args []string, getenv func(string) string, stdin io.Reade
 		out = fsFlags.String("out", "", "backup file to write (must not exist); - writes to standard output")
 		fsFlags.Usage = func() {
 			fmt.Fprint(stderr, "Usage: coordinator backup [--seal-dir DIR] --out FILE\n\n"+
-				"Writes a consistent copy of the sealed state (sealed_data, sealed_key) to FILE,\n"+
+				"Writes a consistent copy of the sealed state (sealed_data, sealed_key, and the\n"+
+				"update log segments in updatelog/) to FILE,\n"+
 				"also while a Coordinator runs on DIR. Nothing in it is decrypted.\n\n"+
 				"Exit codes: 0 written, 1 failure, 2 usage, 6 no sealed state in DIR,\n"+
 				"7 no consistent pair of files (recovery mode, or the state kept changing).\n\nFlags:\n")
@@ -125,12 +126,15 @@ func Main(name string, args []string, getenv func(string) string, stdin io.Reade
 		if err := writeBackup(*out, a, stdout); err != nil {
 			return fail(ExitFailure, "%v", err)
 		}
+		for _, sk := range info.Skipped {
+			fmt.Fprintf(stderr, "coordinator backup: warning: left out %s (not a sealed update log segment; no state references it unless the disk damaged it)\n", sk)
+		}
 		how := "no Coordinator was running; the directory was locked while reading"
 		if !info.Locked {
 			how = fmt.Sprintf("read without the directory lock (a Coordinator runs on it), consistent after %d attempt(s)", info.Attempts)
 		}
-		fmt.Fprintf(stderr, "coordinator backup: wrote the sealed state of %s to %s (sealed_data %d bytes, SHA-256 %s; %s)\n",
-			*dir, displayName(*out), len(a.Data), sum(a.Data), how)
+		fmt.Fprintf(stderr, "coordinator backup: wrote the sealed state of %s to %s (sealed_data %d bytes, SHA-256 %s; %d update log segment(s); %s)\n",
+			*dir, displayName(*out), len(a.Data), sum(a.Data), len(a.Segments), how)
 		return ExitOK
 	}
 
@@ -146,10 +150,11 @@ func Main(name string, args []string, getenv func(string) string, stdin io.Reade
 	}
 	res, err := Restore(ctx, *dir, a, *force, nil)
 	var exists *ExistingStateError
+	var segs *ExistingSegmentsError
 	switch {
 	case errors.Is(err, ErrInUse):
 		return fail(ExitInUse, "%v; stop the Coordinator first", err)
-	case errors.As(err, &exists):
+	case errors.As(err, &exists), errors.As(err, &segs):
 		return fail(ExitExists, "%v", err)
 	case errors.Is(err, ErrInvalid):
 		return fail(ExitInvalid, "%s: %v", displayName(*in), err)
@@ -160,7 +165,7 @@ func Main(name string, args []string, getenv func(string) string, stdin io.Reade
 		fmt.Fprintf(stderr, "coordinator restore: %s holds this backup's state already; nothing changed\n", *dir)
 		return ExitOK
 	}
-	fmt.Fprintf(stderr, "coordinator restore: restored the backup of %s into %s\n", a.Created.Format(time.RFC3339), *dir)
+	fmt.Fprintf(stderr, "coordinator restore: restored the backup of %s into %s (%d update log segment(s) written)\n", a.Created.Format(time.RFC3339), *dir, res.Segments)
 	for _, p := range res.Aside {
 		fmt.Fprintf(stderr, "coordinator restore: kept the replaced file as %s\n", p)
 	}

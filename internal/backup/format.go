@@ -1,28 +1,34 @@
 // Package backup copies the Coordinator's sealed state (sealed_data and
-// sealed_key in the seal directory) into a backup file and puts it back:
-// the `coordinator backup` and `coordinator restore` commands (issue 16,
+// sealed_key in the seal directory, and the update log's sealed segments
+// in its updatelog subdirectory) into a backup file and puts it back: the
+// `coordinator backup` and `coordinator restore` commands (issue 16,
 // docs/backup.md).
 //
 // A backup holds exactly the sealed files, nothing decrypted: the state
 // stays encrypted under its data key and the key stays sealed by whatever
 // sealed it (in simulation that is no protection at all, as on disk).
 //
-// # Backup file format (version 1)
+// # Backup file format (version 2)
 //
-// A POSIX tar archive (ustar) of four regular files, in this order:
+// A POSIX tar archive (ustar) of regular files, in this order:
 //
 //	quarry-backup.json  the descriptor: {"format":"quarry-seal-backup",
-//	                    "version":1,"created":RFC 3339 time,"files":[
+//	                    "version":2,"created":RFC 3339 time,"files":[
 //	                    {"name":"sealed_data","size":N,"sha256":hex},
-//	                    {"name":"sealed_key","size":N,"sha256":hex}]}
+//	                    {"name":"sealed_key","size":N,"sha256":hex},
+//	                    {"name":"updatelog/0",...}, ...]}
 //	sealed_data         the sealed state, byte for byte
 //	sealed_key          a key file with the one entry bound to that
 //	                    sealed_data (or the legacy 32-byte key)
-//	SHA256SUM           hex SHA-256 and a newline, over the three entries
+//	updatelog/<n>       zero or more sealed update log segments, byte for
+//	                    byte, n decimal and strictly ascending
+//	SHA256SUM           hex SHA-256 and a newline, over the entries
 //	                    before it, each framed as name NUL size NUL content
 //
-// and nothing else. `tar -xf` unpacks it; `sha256sum` checks the files
-// against the descriptor.
+// and nothing else; the descriptor lists the files in archive order.
+// Version 1 is the same without updatelog entries; it is still read.
+// `tar -xf` unpacks it; `sha256sum` checks the files against the
+// descriptor.
 package backup
 
 import (
@@ -35,6 +41,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/seal"
@@ -46,23 +53,34 @@ const (
 	KeyFile  = "sealed_key"
 )
 
+// LogDir is the seal directory's subdirectory of update log segments
+// (app.UpdateLogDir; a test keeps them equal). Segment n is the file
+// LogDir/<n>.
+const LogDir = "updatelog"
+
 // Format names the backup format in the descriptor; Version is the format
-// version this build writes and reads.
+// version this build writes. It reads versions 1 (no update log segments)
+// and 2.
 const (
 	Format  = "quarry-seal-backup"
-	Version = 1
+	Version = 2
 )
 
 const (
 	descriptorName = "quarry-backup.json"
 	checksumName   = "SHA256SUM"
-	// maxDescriptor bounds the descriptor entry.
-	maxDescriptor = 64 << 10
+	// maxDescriptor bounds the descriptor entry (about 80 bytes a
+	// segment: room for some 200,000 segments, 12.8 million entries).
+	maxDescriptor = 16 << 20
 	// MaxFileSize bounds sealed_data (and so a backup) at 1 GiB; the
 	// manifest and secrets limits keep real states far smaller.
 	MaxFileSize = 1 << 30
 	// maxKeyFile bounds sealed_key (two entries of at most 64 KiB each).
 	maxKeyFile = 256 << 10
+	// MaxSegmentSize bounds one update log segment file (64 entries);
+	// MaxLogSize bounds all of them together.
+	MaxSegmentSize = 64 << 20
+	MaxLogSize     = 4 << 30
 )
 
 // ErrInvalid means a backup file is not a valid Quarry backup: truncated,
@@ -71,7 +89,8 @@ const (
 // Errors wrap it and say which.
 var ErrInvalid = errors.New("not a valid Quarry backup")
 
-// Archive is one backup: a consistent pair of sealed files.
+// Archive is one backup: a consistent pair of sealed files and the update
+// log segments stored beside them.
 type Archive struct {
 	// Created is when the backup was taken (second precision, UTC).
 	Created time.Time
@@ -80,6 +99,58 @@ type Archive struct {
 	// Key is sealed_key, reduced to the entry bound to Data (or the
 	// legacy raw key).
 	Key []byte
+	// Segments are the update log segment files, by ascending index.
+	// They include every segment Data references (a segment is stored
+	// before the first state that references it, and never changed once
+	// referenced) and possibly later ones that no state references yet;
+	// a Coordinator ignores those and writes them again.
+	Segments []Segment
+}
+
+// Segment is one update log segment file, LogDir/<Index>.
+type Segment struct {
+	Index uint64
+	// Blob is the sealed segment, byte for byte.
+	Blob []byte
+}
+
+// Name is the segment's path in the seal directory and the archive.
+func (s Segment) Name() string { return LogDir + "/" + strconv.FormatUint(s.Index, 10) }
+
+// segmentHeader is the public header of a sealed segment (written by
+// internal/core; a test keeps them equal).
+type segmentHeader struct {
+	Segment *uint64 `json:"updatelogSegment"`
+}
+
+// checkSegment verifies that blob is a well-formed sealed blob whose
+// header names segment index. It cannot open it (the segment key is in
+// the sealed state).
+func checkSegment(index uint64, blob []byte) error {
+	if len(blob) > MaxSegmentSize {
+		return fmt.Errorf("%d bytes exceeds %d", len(blob), MaxSegmentSize)
+	}
+	raw, err := seal.ReadHeader(blob)
+	if err != nil {
+		return err
+	}
+	var h segmentHeader
+	if err := json.Unmarshal(raw, &h); err != nil || h.Segment == nil {
+		return errors.New("not an update log segment (its header names no segment)")
+	}
+	if *h.Segment != index {
+		return fmt.Errorf("its header names segment %d", *h.Segment)
+	}
+	return nil
+}
+
+// parseSegmentName returns n for a canonical decimal file name "n".
+func parseSegmentName(name string) (uint64, bool) {
+	n, err := strconv.ParseUint(name, 10, 64)
+	if err != nil || strconv.FormatUint(n, 10) != name {
+		return 0, false
+	}
+	return n, true
 }
 
 type descriptor struct {
@@ -133,6 +204,18 @@ func (a *Archive) Check() error {
 	if _, ok := seal.Find(entries, a.Data); !ok {
 		return fmt.Errorf("%w: sealed_key has no entry bound to sealed_data", ErrInvalid)
 	}
+	var total int64
+	for i, s := range a.Segments {
+		if i > 0 && s.Index <= a.Segments[i-1].Index {
+			return fmt.Errorf("%w: update log segments out of order (%d after %d)", ErrInvalid, s.Index, a.Segments[i-1].Index)
+		}
+		if err := checkSegment(s.Index, s.Blob); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalid, s.Name(), err)
+		}
+		if total += int64(len(s.Blob)); total > MaxLogSize {
+			return fmt.Errorf("%w: the update log segments exceed %d bytes", ErrInvalid, int64(MaxLogSize))
+		}
+	}
 	return nil
 }
 
@@ -142,22 +225,23 @@ func (a *Archive) Encode(w io.Writer) error {
 		return err
 	}
 	created := a.Created.UTC().Truncate(time.Second)
-	desc, err := json.MarshalIndent(descriptor{
-		Format: Format, Version: Version, Created: created,
-		Files: []fileDesc{
-			{Name: DataFile, Size: int64(len(a.Data)), SHA256: sum(a.Data)},
-			{Name: KeyFile, Size: int64(len(a.Key)), SHA256: sum(a.Key)},
-		},
-	}, "", "  ")
+	files := [][2][]byte{{[]byte(DataFile), a.Data}, {[]byte(KeyFile), a.Key}}
+	for _, s := range a.Segments {
+		files = append(files, [2][]byte{[]byte(s.Name()), s.Blob})
+	}
+	d := descriptor{Format: Format, Version: Version, Created: created}
+	for _, f := range files {
+		d.Files = append(d.Files, fileDesc{Name: string(f[0]), Size: int64(len(f[1])), SHA256: sum(f[1])})
+	}
+	desc, err := json.MarshalIndent(d, "", "  ")
 	if err != nil {
 		return err
 	}
 	desc = append(desc, '\n')
-	entries := [][2][]byte{
-		{[]byte(descriptorName), desc},
-		{[]byte(DataFile), a.Data},
-		{[]byte(KeyFile), a.Key},
+	if len(desc) > maxDescriptor {
+		return fmt.Errorf("backup: the descriptor of %d files exceeds %d bytes", len(files), maxDescriptor)
 	}
+	entries := append([][2][]byte{{[]byte(descriptorName), desc}}, files...)
 	entries = append(entries, [2][]byte{[]byte(checksumName), []byte(checksum(entries) + "\n")})
 
 	tw := tar.NewWriter(w)
@@ -231,11 +315,34 @@ func Decode(r io.Reader) (*Archive, error) {
 	if desc.Format != Format {
 		return nil, fmt.Errorf("%w: descriptor names format %q, not %q", ErrInvalid, desc.Format, Format)
 	}
-	if desc.Version != Version {
-		return nil, fmt.Errorf("%w: format version %d (this build reads version %d; a newer Quarry wrote it?)", ErrInvalid, desc.Version, Version)
+	if desc.Version != 1 && desc.Version != Version {
+		return nil, fmt.Errorf("%w: format version %d (this build reads versions 1 to %d; a newer Quarry wrote it?)", ErrInvalid, desc.Version, Version)
 	}
-	if len(desc.Files) != 2 || desc.Files[0].Name != DataFile || desc.Files[1].Name != KeyFile {
-		return nil, fmt.Errorf("%w: the descriptor must list %s and %s, in that order", ErrInvalid, DataFile, KeyFile)
+	if len(desc.Files) < 2 || desc.Files[0].Name != DataFile || desc.Files[1].Name != KeyFile ||
+		(desc.Version == 1 && len(desc.Files) != 2) {
+		return nil, fmt.Errorf("%w: the descriptor must list %s and %s first, in that order (and nothing else in version 1)", ErrInvalid, DataFile, KeyFile)
+	}
+	// The segments: LogDir/<n>, n strictly ascending.
+	var segs []Segment
+	var total int64
+	for i, f := range desc.Files[2:] {
+		n, ok := uint64(0), false
+		if rest, cut := strings.CutPrefix(f.Name, LogDir+"/"); cut {
+			n, ok = parseSegmentName(rest)
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w: the descriptor lists %q, which is no update log segment", ErrInvalid, f.Name)
+		}
+		if i > 0 && n <= segs[i-1].Index {
+			return nil, fmt.Errorf("%w: the descriptor lists %s after %s", ErrInvalid, f.Name, segs[i-1].Name())
+		}
+		if f.Size < 0 || f.Size > MaxSegmentSize {
+			return nil, fmt.Errorf("%w: %s of %d bytes exceeds %d", ErrInvalid, f.Name, f.Size, MaxSegmentSize)
+		}
+		if total += f.Size; total > MaxLogSize {
+			return nil, fmt.Errorf("%w: the update log segments exceed %d bytes", ErrInvalid, int64(MaxLogSize))
+		}
+		segs = append(segs, Segment{Index: n})
 	}
 	data, err := next(DataFile, MaxFileSize)
 	if err != nil {
@@ -245,17 +352,26 @@ func Decode(r io.Reader) (*Archive, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i, b := range [][]byte{data, key} {
+	blobs := [][]byte{data, key}
+	for i := range segs {
+		if segs[i].Blob, err = next(segs[i].Name(), MaxSegmentSize); err != nil {
+			return nil, err
+		}
+		blobs = append(blobs, segs[i].Blob)
+	}
+	entries := [][2][]byte{{[]byte(descriptorName), rawDesc}}
+	for i, b := range blobs {
 		f := desc.Files[i]
 		if int64(len(b)) != f.Size || sum(b) != f.SHA256 {
 			return nil, fmt.Errorf("%w: %s (%d bytes, SHA-256 %s) does not match the descriptor (%d bytes, SHA-256 %s): corrupt", ErrInvalid, f.Name, len(b), sum(b), f.Size, f.SHA256)
 		}
+		entries = append(entries, [2][]byte{[]byte(f.Name), b})
 	}
 	got, err := next(checksumName, 2*sha256.Size+1)
 	if err != nil {
 		return nil, err
 	}
-	want := checksum([][2][]byte{{[]byte(descriptorName), rawDesc}, {[]byte(DataFile), data}, {[]byte(KeyFile), key}}) + "\n"
+	want := checksum(entries) + "\n"
 	if string(got) != want {
 		return nil, fmt.Errorf("%w: the checksum does not match the content: corrupt", ErrInvalid)
 	}
@@ -271,7 +387,7 @@ func Decode(r io.Reader) (*Archive, error) {
 	default:
 		return nil, fmt.Errorf("%w: unexpected entry %q after the checksum", ErrInvalid, hdr.Name)
 	}
-	a := &Archive{Created: desc.Created, Data: data, Key: key}
+	a := &Archive{Created: desc.Created, Data: data, Key: key, Segments: segs}
 	if err := a.Check(); err != nil {
 		return nil, err
 	}

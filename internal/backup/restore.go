@@ -5,8 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/seal"
@@ -40,26 +44,55 @@ func (e *ExistingStateError) Error() string {
 		e.Dir, e.Modified.UTC().Format(time.RFC3339), when, e.Created.UTC().Format(time.RFC3339))
 }
 
+// ExistingSegmentsError means the seal directory holds update log segment
+// files that differ from the backup's of the same number, and restore was
+// not forced.
+type ExistingSegmentsError struct {
+	Dir string
+	// Files are the differing files (LogDir/<n>).
+	Files []string
+}
+
+func (e *ExistingSegmentsError) Error() string {
+	list := strings.Join(e.Files, ", ")
+	if len(e.Files) > 5 {
+		list = strings.Join(e.Files[:5], ", ") + fmt.Sprintf(" and %d more", len(e.Files)-5)
+	}
+	return fmt.Sprintf("%s holds update log segments that differ from the backup's (%s). "+
+		"Restore with --force to replace them (they are kept as %s/<n>.before-restore-<time>)", e.Dir, list, LogDir)
+}
+
 // RestoreResult says what Restore did.
 type RestoreResult struct {
-	// Unchanged reports that the directory held the backup's state
-	// already; nothing was written.
+	// Unchanged reports that the directory held the backup's state and
+	// update log segments already; nothing was written.
 	Unchanged bool
+	// Segments is the number of update log segment files written.
+	Segments int
 	// Aside lists the copies of the files that were replaced.
 	Aside []string
 }
 
 // Restore writes the archive's sealed files into dir. It refuses while a
 // Coordinator holds dir (ErrInUse) and, unless force, when dir holds
-// another sealed state (*ExistingStateError). A sealed_key without
-// sealed_data opens nothing and is no state. Before anything is replaced
-// the current files are copied aside as <file>.before-restore-<time>
-// (never deleted), and the files are written crash-safely like a
-// Coordinator's commit (docs/sealing.md): first a key file with the
-// backup's entry and the current key's entry for the current sealed_data,
-// then sealed_data, then the backup's key file. A crash leaves the old or
-// the restored state (or, where the old key file was legacy or unusable,
-// recovery mode with the copies aside).
+// another sealed state (*ExistingStateError) or update log segment files
+// that differ from the backup's (*ExistingSegmentsError). A sealed_key
+// without sealed_data opens nothing and is no state. Before anything is
+// replaced the current files are copied aside as
+// <file>.before-restore-<time> (never deleted); when the state changes,
+// so are the segment files the backup does not have (the restored
+// Coordinator would write its own segments over them).
+//
+// The update log segments are written first, each atomically (a segment
+// is stored before the state that references it, as a Coordinator does),
+// then the pair crash-safely like a Coordinator's commit
+// (docs/sealing.md): first a key file with the backup's entry and the
+// current key's entry for the current sealed_data, then sealed_data, then
+// the backup's key file. A crash leaves the old or the restored state (or,
+// where the old key file was legacy or unusable, recovery mode with the
+// copies aside); where it leaves the old state after replacing segments of
+// another log, the old state's own segments are aside: run the restore
+// again.
 func Restore(ctx context.Context, dir string, a *Archive, force bool, now func() time.Time) (RestoreResult, error) {
 	return restore(ctx, dir, a, force, now, nil)
 }
@@ -116,23 +149,79 @@ func restore(ctx context.Context, dir string, a *Archive, force bool, now func()
 		}
 	}
 
-	if curData != nil {
-		same := bytes.Equal(curData, a.Data) && curEntry != nil &&
-			curEntry.Legacy == newEntry.Legacy && bytes.Equal(curEntry.Sealed, newEntry.Sealed)
-		if same {
-			res.Unchanged = true
-			return res, nil
+	same := curData != nil && bytes.Equal(curData, a.Data) && curEntry != nil &&
+		curEntry.Legacy == newEntry.Legacy && bytes.Equal(curEntry.Sealed, newEntry.Sealed)
+	if curData != nil && !same && !force {
+		info, err := os.Stat(filepath.Join(dir, DataFile))
+		if err != nil {
+			return res, err
 		}
-		if !force {
-			info, err := os.Stat(filepath.Join(dir, DataFile))
-			if err != nil {
-				return res, err
-			}
-			return res, &ExistingStateError{Dir: dir, Modified: info.ModTime(), Created: a.Created}
+		return res, &ExistingStateError{Dir: dir, Modified: info.ModTime(), Created: a.Created}
+	}
+	segs, err := planSegments(dir, a.Segments)
+	if err != nil {
+		return res, err
+	}
+	if len(segs.differ) > 0 && !force {
+		e := &ExistingSegmentsError{Dir: dir}
+		for _, s := range segs.differ {
+			e.Files = append(e.Files, s.Name())
 		}
+		return res, e
+	}
+	if same && len(segs.write) == 0 {
+		res.Unchanged = true
+		return res, nil
 	}
 
 	suffix := "before-restore-" + now().UTC().Format("20060102T150405Z")
+	// Keep the segment files replaced now, and, when the state changes,
+	// those the restored Coordinator may write over later.
+	aside := segs.differ
+	if !same {
+		aside = append(slices.Clone(aside), segs.extra...)
+	}
+	logDir := filepath.Join(dir, LogDir)
+	for _, sg := range aside {
+		ss, err := filestore.New(logDir, strconv.FormatUint(sg.Index, 10))
+		if err != nil {
+			return res, err
+		}
+		p, err := ss.CopyAside(ctx, suffix)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return res, fmt.Errorf("keeping the current files: %w", err)
+		}
+		res.Aside = append(res.Aside, p)
+	}
+	step := 0
+	for _, sg := range segs.write {
+		if crash != nil && crash(step) {
+			return res, errCrashed
+		}
+		step++
+		ss, err := filestore.New(logDir, strconv.FormatUint(sg.Index, 10))
+		if err != nil {
+			return res, err
+		}
+		_, rev, err := load(ctx, ss)
+		if err != nil {
+			return res, err
+		}
+		if _, err := ss.Save(ctx, sg.Blob, rev); err != nil {
+			return res, fmt.Errorf("writing %s: %w", sg.Name(), err)
+		}
+		if got, _, err := load(ctx, ss); err != nil || !bytes.Equal(got, sg.Blob) {
+			return res, fmt.Errorf("the file %s read back from %s differs from the backup (%v)", sg.Name(), dir, err)
+		}
+		res.Segments++
+	}
+	if same {
+		return res, nil
+	}
+
 	for _, s := range []*filestore.Store{key, data} {
 		p, err := s.CopyAside(ctx, suffix)
 		if errors.Is(err, store.ErrNotFound) {
@@ -167,10 +256,11 @@ func restore(ctx context.Context, dir string, a *Archive, force bool, now func()
 		steps = append(steps, steps[0])
 		steps[2].blob = a.Key
 	}
-	for i, st := range steps {
-		if crash != nil && crash(i) {
+	for _, st := range steps {
+		if crash != nil && crash(step) {
 			return res, errCrashed
 		}
+		step++
 		rev, err := st.s.Save(ctx, st.blob, *st.rev)
 		if err != nil {
 			return res, fmt.Errorf("writing %s: %w", st.name, err)
@@ -200,4 +290,44 @@ func load(ctx context.Context, s *filestore.Store) ([]byte, store.Revision, erro
 		return nil, "", nil
 	}
 	return b, rev, err
+}
+
+// segmentPlan says which of a backup's segments restore writes.
+type segmentPlan struct {
+	// write are the backup's segments missing from the directory or
+	// differing there; differ are those of them that exist.
+	write, differ []Segment
+	// extra are the directory's segment files the backup does not have
+	// (Blob nil).
+	extra []Segment
+}
+
+// planSegments compares the backup's segments with dir's segment files.
+func planSegments(dir string, segs []Segment) (segmentPlan, error) {
+	var p segmentPlan
+	logDir := filepath.Join(dir, LogDir)
+	ents, err := os.ReadDir(logDir)
+	if err != nil && !errors.Is(err, iofs.ErrNotExist) {
+		return p, fmt.Errorf("list %s: %w", LogDir, err)
+	}
+	inBackup := map[uint64]bool{}
+	for _, s := range segs {
+		inBackup[s.Index] = true
+		cur, err := os.ReadFile(filepath.Join(logDir, strconv.FormatUint(s.Index, 10)))
+		switch {
+		case errors.Is(err, iofs.ErrNotExist):
+			p.write = append(p.write, s)
+		case err != nil:
+			return p, fmt.Errorf("read %s: %w", s.Name(), err)
+		case !bytes.Equal(cur, s.Blob):
+			p.write = append(p.write, s)
+			p.differ = append(p.differ, s)
+		}
+	}
+	for _, e := range ents {
+		if n, ok := parseSegmentName(e.Name()); ok && !inBackup[n] && e.Type().IsRegular() {
+			p.extra = append(p.extra, Segment{Index: n})
+		}
+	}
+	return p, nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -291,4 +292,147 @@ func TestRestoreOtherSealingKey(t *testing.T) {
 	}
 	g.upload(t, "key1", 0)
 	g.checkRecovered(t)
+}
+
+// uploadPlain uploads the plain secret with value v.
+func uploadPlain(c *coordinator, hc *http.Client, v string) error {
+	body, _ := json.Marshal(map[string]any{"secrets": map[string]any{"plain": map[string]any{"key": []byte(v)}}})
+	resp, err := hc.Post(c.url("/api/v2/secrets"), "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("upload %s: %s", v, resp.Status)
+	}
+	return nil
+}
+
+// segmentFiles lists the update log segment files of a seal directory.
+func segmentFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, "updatelog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		if _, err := strconv.ParseUint(e.Name(), 10, 64); err == nil {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// Issue 18 with issue 16: a backup carries the update log segments, so a
+// state whose log spans several segments restores into a fresh directory
+// with its whole log: GET /api/v2/update shows every entry and
+// `quarry manifest log --verify` passes. So does a backup taken while
+// uploads run.
+func TestBackupKeepsUpdateLog(t *testing.T) {
+	s := newSecretsSetup(t)
+	root := fetchRoot(t, s.c, s.c.client(nil, nil))
+	const uploads = 140 // with the manifest set: 141 entries, 2 full segments
+	for i := range uploads {
+		if err := uploadPlain(s.c, s.alice, "v"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := segmentFiles(t, s.c.sealDir)
+	if len(segs) < 2 {
+		t.Fatalf("after %d uploads the seal directory has segments %v, want at least 2", uploads, segs)
+	}
+	quiet := updateLog(t, s.c, s.c.client(nil, nil))
+	if len(quiet) <= uploads {
+		t.Fatalf("the log has %d entries after %d uploads", len(quiet), uploads)
+	}
+	work := t.TempDir()
+	idle := filepath.Join(work, "idle.qbk")
+	if stderr := runToolOK(t, "backup", "--seal-dir", s.c.sealDir, "--out", idle); !strings.Contains(stderr, fmt.Sprintf("; %d update log segment(s);", len(segs))) {
+		t.Fatalf("backup:\n%s", stderr)
+	}
+
+	// A backup while uploads run.
+	stop := make(chan struct{})
+	loopErr := make(chan error, 1)
+	var acked atomic.Int64
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				loopErr <- nil
+				return
+			default:
+			}
+			if err := uploadPlain(s.c, s.alice, "w"+strconv.Itoa(i)); err != nil {
+				loopErr <- err
+				return
+			}
+			acked.Add(1)
+		}
+	}()
+	for acked.Load() < 5 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := len(quiet) + int(acked.Load())
+	busy := filepath.Join(work, "busy.qbk")
+	runToolOK(t, "backup", "--seal-dir", s.c.sealDir, "--out", busy)
+	// Enough further uploads that a new segment is written after the
+	// backup.
+	for start := acked.Load(); acked.Load() < start+70; {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	if err := <-loopErr; err != nil {
+		t.Fatal(err)
+	}
+	final := updateLog(t, s.c, s.c.client(nil, nil))
+	s.c.kill()
+
+	rootFile := filepath.Join(work, "root.pem")
+	if err := os.WriteFile(rootFile, pemCert(root), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []struct {
+		name string
+		file string
+		want func(got []string) bool
+	}{
+		{"idle", idle, func(got []string) bool { return slices.Equal(got, quiet) }},
+		{"busy", busy, func(got []string) bool {
+			return len(got) >= before && len(got) <= len(final) && slices.Equal(got, final[:len(got)])
+		}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			dir := filepath.Join(work, "restored-"+b.name)
+			stderr := runToolOK(t, "restore", "--seal-dir", dir, "--in", b.file)
+			if strings.Contains(stderr, "(0 update log segment(s) written)") {
+				t.Fatalf("restore wrote no segments:\n%s", stderr)
+			}
+			c := startCoordinator(t, dir)
+			defer c.kill()
+			expectState(t, c, c.client(nil, nil), 3, msgRunning)
+			got := updateLog(t, c, c.client(nil, nil))
+			if !b.want(got) {
+				t.Fatalf("restored log has %d entries; %d before the backups, %d at the busy backup's start, %d in all",
+					len(got), len(quiet), before, len(final))
+			}
+			code, out, errOut := logCLI(t, c, rootFile, "--verify", "--output", "json")
+			if code != 0 {
+				t.Fatalf("--verify on the restored Coordinator: exit %d %s %s", code, out, errOut)
+			}
+			var sum logSummary
+			if err := json.Unmarshal([]byte(out), &sum); err != nil || !sum.Verified || sum.Entries < uint64(len(got)) {
+				t.Fatalf("summary %+v, %v (%d entries restored)", sum, err, len(got))
+			}
+			// It keeps working: one more upload lands in the restored log.
+			alice := s.f.users["alice"].cert
+			if err := uploadPlain(c, c.client(root, &alice), "after"); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(updateLog(t, c, c.client(nil, nil))); n != len(got)+1 {
+				t.Fatalf("after one more upload the log has %d entries, want %d", n, len(got)+1)
+			}
+		})
+	}
 }
