@@ -68,7 +68,8 @@ type Client struct {
 
 // Connect opens a client and checks that etcd answers, retrying with
 // exponential backoff; it gives up after opts.ConnectAttempts with an error
-// wrapping ErrUnreachable that names the endpoints and the last cause.
+// wrapping ErrUnreachable that names the endpoints and the last cause, or
+// wrapping ErrTLS when etcd answered but TLS with it failed.
 func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if len(opts.Endpoints) == 0 {
 		return nil, errors.New("etcdstore: no endpoints")
@@ -110,8 +111,19 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		if err == nil {
 			return c, nil
 		}
+		if ctx.Err() == nil {
+			// etcd's client reports a TLS failure as a timeout: look
+			// for it, so that the error names it.
+			if terr := diagnoseTLS(ctx, opts.Endpoints, tlsConf, opts.DialTimeout); terr != nil {
+				err = terr
+			}
+		}
 		if ctx.Err() != nil || attempt >= opts.ConnectAttempts {
 			cli.Close()
+			if errors.Is(err, ErrTLS) {
+				return nil, fmt.Errorf("etcdstore: %w (endpoints %s, %d attempts)",
+					err, strings.Join(opts.Endpoints, ","), attempt)
+			}
 			return nil, fmt.Errorf("etcdstore: %w (endpoints %s, %d attempts): %v",
 				ErrUnreachable, strings.Join(opts.Endpoints, ","), attempt, err)
 		}

@@ -1,12 +1,14 @@
 // Package etcdtest starts real etcd servers inside the test process (etcd's
 // own embed package) on free loopback ports: one member or a cluster whose
-// members a test can stop and start again.
+// members a test can stop and start again; StartTLS serves the client URLs
+// over TLS with client-certificate authentication.
 package etcdtest
 
 import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,6 +26,7 @@ const MaxRequestBytes = 20 << 20
 // Cluster is a running embedded etcd cluster.
 type Cluster struct {
 	t       testing.TB
+	tls     *TLSFiles // nil: plain HTTP
 	mu      sync.Mutex
 	members []*member
 }
@@ -40,14 +43,36 @@ type member struct {
 // Start starts an n-member cluster and stops it when the test ends.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return start(t, n, false)
+}
+
+// StartTLS starts an n-member cluster whose client URLs (https://) serve
+// TLS with a throwaway CA's server certificate (for 127.0.0.1 and
+// localhost) and accept only clients with a certificate signed by that CA;
+// the members talk to each other over plain HTTP. TLS returns the files.
+func StartTLS(t testing.TB, n int) *Cluster {
+	t.Helper()
+	return start(t, n, true)
+}
+
+func start(t testing.TB, n int, withTLS bool) *Cluster {
+	t.Helper()
 	c := &Cluster{t: t}
 	dir := t.TempDir()
+	scheme := "http"
+	if withTLS {
+		pki := filepath.Join(dir, "pki")
+		if err := os.Mkdir(pki, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		c.tls, scheme = newTLSFiles(t, pki), "https"
+	}
 	var peers []string
 	for i := range n {
 		m := &member{
 			name:      fmt.Sprintf("m%d", i),
 			dir:       filepath.Join(dir, fmt.Sprintf("m%d", i)),
-			clientURL: url.URL{Scheme: "http", Host: freeAddr(t)},
+			clientURL: url.URL{Scheme: scheme, Host: freeAddr(t)},
 			peerURL:   url.URL{Scheme: "http", Host: freeAddr(t)},
 		}
 		peers = append(peers, m.name+"="+m.peerURL.String())
@@ -95,6 +120,12 @@ func (c *Cluster) start(i int) error {
 	cfg.ListenPeerUrls = []url.URL{m.peerURL}
 	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
 	cfg.InitialCluster = m.initialCluster
+	if c.tls != nil {
+		cfg.ClientTLSInfo.CertFile = c.tls.ServerCertFile
+		cfg.ClientTLSInfo.KeyFile = c.tls.ServerKeyFile
+		cfg.ClientTLSInfo.TrustedCAFile = c.tls.CAFile
+		cfg.ClientTLSInfo.ClientCertAuth = true
+	}
 	cfg.InitialClusterToken = "etcdtest"
 	if m.startedOnce {
 		cfg.ClusterState = embed.ClusterStateFlagExisting
@@ -131,6 +162,10 @@ func (c *Cluster) Endpoints() []string {
 	}
 	return eps
 }
+
+// TLS returns the CA and client certificate files of a StartTLS cluster
+// (nil for Start).
+func (c *Cluster) TLS() *TLSFiles { return c.tls }
 
 // Size returns the number of members.
 func (c *Cluster) Size() int { return len(c.members) }
