@@ -11,7 +11,6 @@ import (
 	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -466,23 +465,5 @@ func TestGramineAttestationRequiresDCAP(t *testing.T) {
 // returns its exit code and log.
 func runCoordinatorOnce(t *testing.T, env ...string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, coordinatorBin)
-	cmd.Env = append([]string{
-		"PATH=" + os.Getenv("PATH"),
-		"EDG_COORDINATOR_CLIENT_ADDR=127.0.0.1:0",
-		"EDG_COORDINATOR_MESH_ADDR=127.0.0.1:0",
-		"EDG_COORDINATOR_SEAL_DIR=" + t.TempDir(),
-	}, env...)
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, string(out)
-	case errors.As(err, &ee):
-		return ee.ExitCode(), string(out)
-	}
-	t.Fatalf("running the coordinator: %v", err)
-	return -1, ""
+	return runCoordinatorBounded(t, 20*time.Second, env...)
 }
