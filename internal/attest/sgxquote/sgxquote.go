@@ -82,6 +82,20 @@ type Header struct {
 	UserData   [20]byte
 }
 
+// ReadHeader reads the 48-byte quote header that SGX and TDX quotes share;
+// a short input leaves r.Err set.
+func ReadHeader(r *quotereader.Reader) Header {
+	var h Header
+	h.Version = r.U16("version")
+	h.AttKeyType = r.U16("attestation key type")
+	h.TEEType = r.U32("TEE type")
+	h.QESVN = r.U16("QE SVN")
+	h.PCESVN = r.U16("PCE SVN")
+	r.Array(h.QEVendorID[:], "QE vendor ID")
+	r.Array(h.UserData[:], "user data")
+	return h
+}
+
 // Quote is a parsed SGX DCAP quote. It holds its own copy of the input.
 // Byte slices it returns must not be modified.
 type Quote struct {
@@ -123,13 +137,7 @@ func Parse(b []byte) (*Quote, error) {
 	q := &Quote{raw: raw}
 
 	h := &q.Header
-	h.Version = r.U16("version")
-	h.AttKeyType = r.U16("attestation key type")
-	h.TEEType = r.U32("TEE type")
-	h.QESVN = r.U16("QE SVN")
-	h.PCESVN = r.U16("PCE SVN")
-	r.Array(h.QEVendorID[:], "QE vendor ID")
-	r.Array(h.UserData[:], "user data")
+	*h = ReadHeader(r)
 	if r.Err != nil {
 		return nil, r.Err
 	}

@@ -198,13 +198,7 @@ func Parse(b []byte) (*Quote, error) {
 	r := &quotereader.Reader{B: raw, Format: ErrFormat}
 	q := &Quote{}
 	h := &q.Header
-	h.Version = r.U16("version")
-	h.AttKeyType = r.U16("attestation key type")
-	h.TEEType = r.U32("TEE type")
-	h.QESVN = r.U16("reserved")
-	h.PCESVN = r.U16("reserved")
-	r.Array(h.QEVendorID[:], "QE vendor ID")
-	r.Array(h.UserData[:], "user data")
+	*h = sgxquote.ReadHeader(r)
 	if r.Err != nil {
 		return nil, r.Err
 	}
