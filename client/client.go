@@ -193,6 +193,12 @@ func WithConnectTimeout(d time.Duration) Option {
 	}
 }
 
+// ErrExclusiveOptions is wrapped when options that exclude each other are
+// combined: WithRootCertificate (or WithRootPEM) with WithInsecureSkipVerify
+// in New, VerifyOptions.Verifier with VerifyOptions.InsecureSkipVerify in
+// VerifyCoordinator. The error names both options.
+var ErrExclusiveOptions = errors.New("options that exclude each other")
+
 // ErrNoTrust is returned by New when no way to trust the Coordinator was
 // chosen.
 var ErrNoTrust = errors.New("client: no trusted root certificate: use WithRootCertificate (for example the root returned by VerifyCoordinator), or WithInsecureSkipVerify for a Coordinator in simulation mode")
@@ -215,7 +221,7 @@ func New(endpoint string, opts ...Option) (*Client, error) {
 		}
 	}
 	if o.root != nil && o.insecure {
-		return nil, errors.New("client: WithRootCertificate and WithInsecureSkipVerify exclude each other")
+		return nil, fmt.Errorf("client: %w: WithRootCertificate and WithInsecureSkipVerify: pin the root, or skip verification (simulation mode only)", ErrExclusiveOptions)
 	}
 	hc, err := o.httpClient()
 	if err != nil {
