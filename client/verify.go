@@ -223,8 +223,16 @@ func VerifyManifest(root *x509.Certificate, m *v2.ManifestGetResponse) error {
 }
 
 // VerifyQuoteSignature checks a sign-quote result: an ASN.1 ECDSA signature by
-// the root key over SHA-256(base64(quote) ‖ tcbStatus).
+// the root key over SHA-256(base64(quote) ‖ tcbStatus). Because that message
+// has no separator, the quote must also be exactly one well-formed SGX
+// (raw or Open Enclave-wrapped) or TDX quote and tcbStatus one of Intel's
+// status names; otherwise a signature could be moved to a quote with bytes
+// appended and another status (README.md, "sign-quote"). Errors wrap
+// ErrVerification; a malformed quote also ErrQuoteInvalid.
 func VerifyQuoteSignature(root *x509.Certificate, quote []byte, tcbStatus string, signature []byte) error {
+	if err := checkSignedQuote(quote, tcbStatus); err != nil {
+		return err
+	}
 	pub, ok := root.PublicKey.(*ecdsa.PublicKey)
 	if !ok {
 		return fmt.Errorf("%w: the root certificate's key is a %T, not ECDSA", ErrVerification, root.PublicKey)

@@ -265,19 +265,6 @@ func TestVerifyManifest(t *testing.T) {
 	}
 }
 
-func TestVerifyQuoteSignature(t *testing.T) {
-	p := newPKI(t)
-	quote := []byte{1, 2, 3, 250}
-	sum := sha256.Sum256([]byte(base64.StdEncoding.EncodeToString(quote) + "UpToDate"))
-	sig, _ := ecdsa.SignASN1(rand.Reader, p.rootKey, sum[:])
-	if err := client.VerifyQuoteSignature(p.root, quote, "UpToDate", sig); err != nil {
-		t.Fatal(err)
-	}
-	if err := client.VerifyQuoteSignature(p.root, quote, "OutOfDate", sig); !errors.Is(err, client.ErrVerification) {
-		t.Fatalf("other TCB status: %v", err)
-	}
-}
-
 func TestRecoveryCrypto(t *testing.T) {
 	key := testRSAKey(t)
 	secret := bytes.Repeat([]byte{0x42}, 32)
