@@ -6,7 +6,10 @@
 // root certificate the caller already trusts (usually the one returned by
 // VerifyCoordinator, which checks the Coordinator's quote), or, for a
 // Coordinator in simulation mode, WithInsecureSkipVerify. There is no silent
-// trust on first use.
+// trust on first use. Likewise VerifyCoordinator takes either a Verifier (a
+// Coordinator in an enclave, which always sends a quote) or
+// InsecureSkipVerify (simulation), never both: "verify the quote if there is
+// one" would accept anyone who answers without one.
 //
 //	att, err := client.VerifyCoordinator(ctx, "coordinator:4433", client.VerifyOptions{Verifier: v})
 //	...
