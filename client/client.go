@@ -6,7 +6,10 @@
 // root certificate the caller already trusts (usually the one returned by
 // VerifyCoordinator, which checks the Coordinator's quote), or, for a
 // Coordinator in simulation mode, WithInsecureSkipVerify. There is no silent
-// trust on first use.
+// trust on first use. Likewise VerifyCoordinator takes either a Verifier (a
+// Coordinator in an enclave, which always sends a quote) or
+// InsecureSkipVerify (simulation), never both: "verify the quote if there is
+// one" would accept anyone who answers without one.
 //
 //	att, err := client.VerifyCoordinator(ctx, "coordinator:4433", client.VerifyOptions{Verifier: v})
 //	...
@@ -193,6 +196,12 @@ func WithConnectTimeout(d time.Duration) Option {
 	}
 }
 
+// ErrExclusiveOptions is wrapped when options that exclude each other are
+// combined: WithRootCertificate (or WithRootPEM) with WithInsecureSkipVerify
+// in New, VerifyOptions.Verifier with VerifyOptions.InsecureSkipVerify in
+// VerifyCoordinator. The error names both options.
+var ErrExclusiveOptions = errors.New("options that exclude each other")
+
 // ErrNoTrust is returned by New when no way to trust the Coordinator was
 // chosen.
 var ErrNoTrust = errors.New("client: no trusted root certificate: use WithRootCertificate (for example the root returned by VerifyCoordinator), or WithInsecureSkipVerify for a Coordinator in simulation mode")
@@ -215,7 +224,7 @@ func New(endpoint string, opts ...Option) (*Client, error) {
 		}
 	}
 	if o.root != nil && o.insecure {
-		return nil, errors.New("client: WithRootCertificate and WithInsecureSkipVerify exclude each other")
+		return nil, fmt.Errorf("client: %w: WithRootCertificate and WithInsecureSkipVerify: pin the root, or skip verification (simulation mode only)", ErrExclusiveOptions)
 	}
 	hc, err := o.httpClient()
 	if err != nil {

@@ -69,8 +69,8 @@ func TestNewNeedsExplicitTrust(t *testing.T) {
 		t.Fatalf("New with only a client certificate: %v, want ErrNoTrust", err)
 	}
 	p := newPKI(t)
-	if _, err := client.New("localhost", client.WithRootCertificate(p.root), client.WithInsecureSkipVerify()); err == nil {
-		t.Fatal("root and insecure together accepted")
+	if _, err := client.New("localhost", client.WithRootCertificate(p.root), client.WithInsecureSkipVerify()); !errors.Is(err, client.ErrExclusiveOptions) {
+		t.Fatalf("root and insecure together: %v, want ErrExclusiveOptions", err)
 	}
 	if _, err := client.New("localhost", client.WithRootPEM([]byte("junk"))); err == nil {
 		t.Fatal("junk PEM accepted")

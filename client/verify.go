@@ -66,7 +66,10 @@ type VerifyOptions struct {
 	// InsecureSkipVerify accepts a Coordinator that sends no quote
 	// (simulation mode), or a quote when no Verifier is given, unverified.
 	// The chain is still checked and the root is still bound to the TLS
-	// connection. Use it only for simulation.
+	// connection, but anyone between the caller and the Coordinator can
+	// answer with a root of its own. Use it only for simulation. It excludes
+	// Verifier (ErrExclusiveOptions): with both, a man in the middle that
+	// answers without a quote would be accepted unverified.
 	InsecureSkipVerify bool
 	// Nonce is sent with the quote request; nil means NonceSize fresh
 	// random bytes.
@@ -100,9 +103,18 @@ type Attestation struct {
 // (intermediate signed by the self-signed root), checks that the TLS
 // connection is served with that root, and has opts.Verifier check the quote
 // against ReportData(root DER, nonce). A Coordinator without a quote is
-// accepted only with opts.InsecureSkipVerify. Errors of the checks wrap
-// ErrVerification.
+// accepted only with opts.InsecureSkipVerify, which excludes opts.Verifier.
+// Errors of the checks wrap ErrVerification.
 func VerifyCoordinator(ctx context.Context, endpoint string, opts VerifyOptions) (*Attestation, error) {
+	if opts.Verifier != nil && opts.InsecureSkipVerify {
+		// A Coordinator in an enclave always sends a quote, so "verify it if
+		// there is one" would let anyone who strips it (or answers with
+		// quote null and a root of its own) through: the caller must
+		// decide which kind of Coordinator it talks to.
+		return nil, fmt.Errorf("client: %w: VerifyOptions.Verifier and VerifyOptions.InsecureSkipVerify: "+
+			"with both, a man in the middle that answers without a quote would be accepted unverified; "+
+			"give Verifier alone for a Coordinator in an enclave, or InsecureSkipVerify alone for one in simulation mode", ErrExclusiveOptions)
+	}
 	copts := []Option{WithInsecureSkipVerify()}
 	if opts.HTTPClient != nil {
 		copts = append(copts, WithHTTPClient(opts.HTTPClient))
@@ -211,8 +223,16 @@ func VerifyManifest(root *x509.Certificate, m *v2.ManifestGetResponse) error {
 }
 
 // VerifyQuoteSignature checks a sign-quote result: an ASN.1 ECDSA signature by
-// the root key over SHA-256(base64(quote) ‖ tcbStatus).
+// the root key over SHA-256(base64(quote) ‖ tcbStatus). Because that message
+// has no separator, the quote must also be exactly one well-formed SGX
+// (raw or Open Enclave-wrapped) or TDX quote and tcbStatus one of Intel's
+// status names; otherwise a signature could be moved to a quote with bytes
+// appended and another status (README.md, "sign-quote"). Errors wrap
+// ErrVerification; a malformed quote also ErrQuoteInvalid.
 func VerifyQuoteSignature(root *x509.Certificate, quote []byte, tcbStatus string, signature []byte) error {
+	if err := checkSignedQuote(quote, tcbStatus); err != nil {
+		return err
+	}
 	pub, ok := root.PublicKey.(*ecdsa.PublicKey)
 	if !ok {
 		return fmt.Errorf("%w: the root certificate's key is a %T, not ECDSA", ErrVerification, root.PublicKey)

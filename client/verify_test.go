@@ -111,6 +111,38 @@ func TestVerifyCoordinatorSimulation(t *testing.T) {
 	}
 }
 
+// TestVerifyCoordinatorVerifierExcludesInsecure: a man in the middle with a
+// root of its own answers quote null (as a Coordinator in simulation mode
+// does). A caller that has a Verifier and also sets InsecureSkipVerify
+// ("verify if there is a quote") would accept the stranger's root; the
+// combination is refused before any request, and with the Verifier alone the
+// missing quote fails verification.
+func TestVerifyCoordinatorVerifierExcludesInsecure(t *testing.T) {
+	mitm := newFake(t) // its own root, served as its TLS certificate
+	mitm.handle("GET "+v2.PathQuote, quoteHandler(mitm, certPEM(mitm.inter, mitm.root), nil))
+	ctx := context.Background()
+
+	att, err := client.VerifyCoordinator(ctx, mitm.endpoint(), client.VerifyOptions{Verifier: quoteChecker, InsecureSkipVerify: true})
+	if err == nil {
+		t.Fatalf("Verifier with InsecureSkipVerify accepted the man in the middle's root %v", att.Root.Subject)
+	}
+	if !errors.Is(err, client.ErrExclusiveOptions) {
+		t.Fatalf("got %v, want ErrExclusiveOptions", err)
+	}
+	for _, name := range []string{"Verifier", "InsecureSkipVerify"} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("the error does not name %s: %v", name, err)
+		}
+	}
+	if n := mitm.total(); n != 0 {
+		t.Fatalf("the refused combination sent %d requests", n)
+	}
+	// The Verifier alone refuses the answer without a quote.
+	if _, err := client.VerifyCoordinator(ctx, mitm.endpoint(), client.VerifyOptions{Verifier: quoteChecker}); !errors.Is(err, client.ErrNoQuote) || !errors.Is(err, client.ErrVerification) {
+		t.Fatalf("Verifier alone: %v, want ErrNoQuote and ErrVerification", err)
+	}
+}
+
 func TestVerifyCoordinatorQuote(t *testing.T) {
 	f := newFake(t)
 	ctx := context.Background()
@@ -230,19 +262,6 @@ func TestVerifyManifest(t *testing.T) {
 		if err := client.VerifyManifest(tc.root, tc.m); !errors.Is(err, client.ErrVerification) {
 			t.Errorf("%s: %v, want ErrVerification", name, err)
 		}
-	}
-}
-
-func TestVerifyQuoteSignature(t *testing.T) {
-	p := newPKI(t)
-	quote := []byte{1, 2, 3, 250}
-	sum := sha256.Sum256([]byte(base64.StdEncoding.EncodeToString(quote) + "UpToDate"))
-	sig, _ := ecdsa.SignASN1(rand.Reader, p.rootKey, sum[:])
-	if err := client.VerifyQuoteSignature(p.root, quote, "UpToDate", sig); err != nil {
-		t.Fatal(err)
-	}
-	if err := client.VerifyQuoteSignature(p.root, quote, "OutOfDate", sig); !errors.Is(err, client.ErrVerification) {
-		t.Fatalf("other TCB status: %v", err)
 	}
 }
 

@@ -135,7 +135,13 @@ Trust: every command that talks to the Coordinator needs one of
                      a manifest package; Debug; AcceptedTCBStatuses; AcceptedAdvisories), with
                      Intel's collateral from --collateral-file or
                      --pccs-url; the quote must be bound to the root and a fresh nonce;
-  --insecure         trust a Coordinator in simulation mode, which has no quote.
+  --insecure         verify nothing: only for a Coordinator in simulation mode (it has no quote)
+                     on a network you trust. Whoever answers at the address is trusted and gets
+                     everything sent, a man in the middle included; quarry warns on every use,
+                     and 'quarry recover' also needs --expose-recovery-secret.
+If --root fails or no quote comes back, do not fall back to --insecure: verify the
+Coordinator with --era-config (a Coordinator in recovery mode serves a temporary root,
+which its quote covers).
 
 Manifests may be JSON or YAML. YAML is converted once to compact JSON (duplicate
 keys are an error); those JSON bytes are what is uploaded and fingerprinted.
@@ -147,7 +153,7 @@ keys are an error); those JSON bytes are what is uploaded and fingerprinted.
 	pf := root.PersistentFlags()
 	pf.StringVarP(&a.coordinator, "coordinator", "c", a.getenv(EnvCoordinator), "Coordinator Client API address, host:port, or several comma-separated for instances of one deployment (env "+EnvCoordinator+")")
 	pf.StringVar(&a.rootFile, "root", "", "PEM file with the trusted Coordinator root certificate")
-	pf.BoolVar(&a.insecure, "insecure", false, "trust the Coordinator without attestation (simulation mode only)")
+	pf.BoolVar(&a.insecure, "insecure", false, "trust the Coordinator without any verification (simulation mode only): a man in the middle gets everything sent")
 	pf.StringVar(&a.certFile, "cert", "", "PEM file with a manifest user's client certificate")
 	pf.StringVar(&a.keyFile, "key", "", "PEM file with the private key of --cert")
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
@@ -316,7 +322,8 @@ func describe(err error) string {
 func hintFor(err error) string {
 	switch {
 	case errors.Is(err, client.ErrNoQuote):
-		return "the Coordinator runs in simulation mode; pass --insecure to trust it without attestation, or --root with a root certificate you trust"
+		return "a Coordinator in an enclave always sends a quote: this one runs in simulation mode, or something between you and it removed the quote; " +
+			"verify the Coordinator with --era-config (and --collateral-file or --pccs-url), or pin a root certificate you verified before with --root"
 	case errors.Is(err, client.ErrNoQuoteVerifier):
 		return "the Coordinator sends an SGX quote: pass --era-config with the expected properties of its enclave and --collateral-file or --pccs-url to verify it, or --root with a root certificate you trust"
 	case errors.Is(err, client.ErrTCBNotAccepted):
@@ -324,7 +331,8 @@ func hintFor(err error) string {
 	case errors.Is(err, client.ErrEnclaveMismatch):
 		return "the Coordinator is not the enclave the era config describes; check that the era config matches the Coordinator's version"
 	case errors.Is(err, client.ErrRootMismatch):
-		return "if the Coordinator is in recovery mode, it serves a temporary root until it is recovered: run the recovery without --root"
+		return "the server is not the Coordinator whose root you trust, or that Coordinator is in recovery mode and serves a temporary root until it is recovered; " +
+			"verify it with --era-config (its quote covers the root it serves) instead of --root"
 	case errors.Is(err, client.ErrOutcomeUnknown):
 		return "the Coordinator may have applied the change: check its state (quarry status, quarry manifest get, quarry manifest log) before repeating the command"
 	case errors.Is(err, client.ErrUnreachable):

@@ -350,9 +350,10 @@ func TestUpdateCommandsAgainstFake(t *testing.T) {
 	}
 	write("alice.crt", certPEM)
 	write("alice.key", keyPEM)
+	write("root.pem", f.rootPEM)
 	write("m.yaml", []byte("Packages:\n  backend:\n    SecurityVersion: 2\n"))
 	env := map[string]string{EnvCoordinator: f.addr()}
-	user := []string{"--insecure", "--cert", "alice.crt", "--key", "alice.key"}
+	user := []string{"--root", "root.pem", "--cert", "alice.crt", "--key", "alice.key"}
 
 	var got v2.UpdateRequest
 	var mu sync.Mutex
@@ -387,7 +388,7 @@ func TestUpdateCommandsAgainstFake(t *testing.T) {
 		t.Fatalf("apply with secrets: %d %q %q", code, out, errOut)
 	}
 	// Without a client certificate: a usage error before any request.
-	if code, _, _ := run(t, env, "manifest", "update", "apply", "m.yaml", "--insecure"); code != ExitUsage {
+	if code, _, _ := run(t, env, "manifest", "update", "apply", "m.yaml", "--root", "root.pem"); code != ExitUsage {
 		t.Fatalf("apply without certificate: %d", code)
 	}
 
@@ -410,7 +411,7 @@ func TestUpdateCommandsAgainstFake(t *testing.T) {
 	f.mux.HandleFunc("GET /api/v2/update-manifest", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, 200, "success", v2.PendingUpdateResponse{Manifest: []byte(`{"x":1}`), MissingUsers: []string{"bob"}, Message: "1 user still needs to acknowledge"}, "")
 	})
-	code, out, errOut = run(t, env, "manifest", "update", "get", "--insecure")
+	code, out, errOut = run(t, env, "manifest", "update", "get", "--root", "root.pem")
 	if code != 0 || out != `{"x":1}` || errOut != "1 user still needs to acknowledge (missing: bob)\n" {
 		t.Fatalf("get: %d %q %q", code, out, errOut)
 	}
@@ -431,7 +432,7 @@ func TestUpdateCommandsAgainstFake(t *testing.T) {
 	f.mux.HandleFunc("GET /api/v2/update", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, 200, "success", v2.UpdateLogResponse{UpdateLog: []string{`{"update":"Initial manifest set"}`, "not json"}}, "")
 	})
-	code, out, _ = run(t, env, "manifest", "log", "--insecure", "-o", "json")
+	code, out, _ = run(t, env, "manifest", "log", "--root", "root.pem", "-o", "json")
 	var logOut struct {
 		UpdateLog []any `json:"updateLog"`
 	}

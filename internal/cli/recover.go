@@ -19,7 +19,7 @@ import (
 
 func (a *app) recoverCommand() *cobra.Command {
 	var keyFile, name string
-	var ephemeral bool
+	var ephemeral, exposeSecret bool
 	c := &cobra.Command{
 		Use:   "recover SECRETS_FILE --recovery-key KEY",
 		Short: "Recover a Coordinator in recovery mode with a recovery secret",
@@ -34,11 +34,25 @@ secret is encrypted to the Coordinator's ephemeral public key for the upload.
 With several recovery keys, every key owner runs this; the output says how
 many secrets are still missing.
 
-In recovery mode the Coordinator serves a temporary root certificate, so run
-this without --root (with --insecure in simulation mode). After the recovery
-the original root is back.`,
+In recovery mode the Coordinator serves a temporary root certificate, so
+--root does not match: verify the Coordinator with --era-config instead (its
+quote covers the temporary root). After the recovery the original root is
+back.
+
+--insecure is refused here unless --expose-recovery-secret confirms it.
+Without verification, whoever answers at the address gets the recovery
+secret: a man in the middle reads it in the connection or, with --ephemeral,
+serves its own ephemeral key and decrypts it, and with a single recovery key
+that secret is the data key of the whole state. Confirm only for a
+Coordinator in simulation mode on a network you trust.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case a.insecure && !exposeSecret:
+				return usagef("%w", errInsecureRecover)
+			case exposeSecret && !a.insecure:
+				return usagef("--expose-recovery-secret only confirms --insecure; leave it out when the Coordinator is verified")
+			}
 			if keyFile == "" {
 				return usagef("--recovery-key is required")
 			}
@@ -90,9 +104,17 @@ the original root is back.`,
 	c.Flags().StringVar(&keyFile, "recovery-key", "", "PEM file with the recovery private key (RSA)")
 	c.Flags().StringVar(&name, "name", "", "the RecoveryKeys name of the secret in SECRETS_FILE")
 	c.Flags().BoolVar(&ephemeral, "ephemeral", false, "encrypt the secret to the Coordinator's ephemeral key for the upload")
+	c.Flags().BoolVar(&exposeSecret, "expose-recovery-secret", false, "confirm --insecure: send the recovery secret to a Coordinator that is not verified (simulation mode on a trusted network only)")
 	c.AddCommand(a.recoverPublicKeyCommand(), a.recoverSecretsCommand())
 	return c
 }
+
+// errInsecureRecover refuses 'recover --insecure' without
+// --expose-recovery-secret.
+var errInsecureRecover = errors.New("recover --insecure would send the recovery secret to a Coordinator that is not verified: " +
+	"a man in the middle can read it, or serve its own ephemeral key (--ephemeral) and decrypt it, and with a single recovery key " +
+	"that secret is the data key of the whole state. Verify the Coordinator with --era-config instead (in recovery mode its quote " +
+	"covers the temporary root); only for a Coordinator in simulation mode on a network you trust, add --expose-recovery-secret")
 
 func (a *app) recoverSecretsCommand() *cobra.Command {
 	var file string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -70,6 +71,9 @@ func (a *app) connect(ctx context.Context, n needs) (*session, error) {
 		}
 		s.root = root
 	} else {
+		if a.insecure {
+			a.warn(insecureWarning)
+		}
 		att, err := client.VerifyCoordinator(ctx, a.coordinator, client.VerifyOptions{Verifier: verifier, InsecureSkipVerify: a.insecure})
 		if err != nil {
 			return nil, fmt.Errorf("verifying the Coordinator: %w", err)
@@ -82,6 +86,20 @@ func (a *app) connect(ctx context.Context, n needs) (*session, error) {
 	}
 	s.c = c
 	return s, nil
+}
+
+// insecureWarning is written to standard error on every use of --insecure.
+const insecureWarning = "--insecure: the Coordinator is not verified; whoever answers at this address " +
+	"(a man in the middle included) is trusted and gets everything this command sends"
+
+// warn writes a warning to standard error: a line of text, or with
+// --output json a JSON object {"warning": ...}.
+func (a *app) warn(msg string) {
+	if a.jsonOutput() {
+		_ = json.NewEncoder(a.errw).Encode(map[string]string{"warning": msg})
+		return
+	}
+	fmt.Fprintf(a.errw, "quarry: warning: %s\n", msg)
 }
 
 // chain returns the Coordinator's current intermediate and root, checked

@@ -317,6 +317,52 @@ func TestSignQuoteStatuses(t *testing.T) {
 	}
 }
 
+// TestSignQuoteSplice: the Coordinator's signature over base64(quote) ‖
+// "ConfigurationAndSWHardeningNeeded" is, byte for byte, one over base64(quote
+// ‖ 12 bytes) ‖ "SWHardeningNeeded" when the quote's length is a multiple of
+// 3 ("ConfigurationAnd" is base64). A verifier that checks only the
+// signature accepts the spliced pair; the SDK's VerifyQuoteSignature accepts
+// the genuine answer and refuses the splice.
+func TestSignQuoteSplice(t *testing.T) {
+	s := newSGXPlatform(t, "ConfigurationAndSWHardeningNeeded", []string{"INTEL-SA-00615"})
+	c := startCoordinator(t, "", s.env()...)
+	hc := c.client(nil, nil)
+	expect(t, setManifest(t, c, hc, []byte(signQuoteManifest)), http.StatusOK, "success")
+	// A genuine quote whose length is a multiple of 3 (the QE
+	// authentication data's length is free).
+	var q []byte
+	for n := 32; len(q)%3 != 0 || q == nil; n++ {
+		e := s.enclave
+		e.ReportData = [64]byte{'s'}
+		q = s.pl.Quote(t, dcaptest.QuoteOptions{Enclave: e, AuthData: make([]byte, n)})
+	}
+	r, d := postSignQuote(t, c, hc, map[string][]byte{"sgxQuote": q})
+	expect(t, r, http.StatusOK, "success")
+	if d.TCBStatus != "ConfigurationAndSWHardeningNeeded" {
+		t.Fatalf("tcbStatus %q", d.TCBStatus)
+	}
+	checkQuoteSignature(t, c, hc, q, d)
+
+	extra, err := base64.StdEncoding.DecodeString("ConfigurationAnd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spliced := append(bytes.Clone(q), extra...)
+	const splicedStatus = "SWHardeningNeeded"
+	root := fetchRoot(t, c, hc)
+	sum := sha256.Sum256([]byte(base64.StdEncoding.EncodeToString(spliced) + splicedStatus))
+	if !ecdsa.VerifyASN1(root.PublicKey.(*ecdsa.PublicKey), sum[:], d.Signature) {
+		t.Fatal("the splice does not carry the signature over (it should: this is the pitfall)")
+	}
+	err = client.VerifyQuoteSignature(root, spliced, splicedStatus, d.Signature)
+	if !errors.Is(err, client.ErrVerification) || !errors.Is(err, client.ErrQuoteInvalid) {
+		t.Fatalf("the SDK with the spliced quote and status %s: %v, want ErrVerification and ErrQuoteInvalid", splicedStatus, err)
+	}
+	// The Coordinator itself refuses to sign the spliced quote.
+	r, _ = postSignQuote(t, c, hc, map[string][]byte{"sgxQuote": spliced})
+	expect(t, r, http.StatusBadRequest, "fail")
+}
+
 // TestGramineAttestation runs the coordinator with the Gramine issuer on a
 // fake attestation directory whose files are pipes served by this test,
 // acting as the quoting enclave: it reads the report data the coordinator
