@@ -242,7 +242,7 @@ func (a *App) Run(ctx context.Context) error {
 	ln = rest.GuardPlainHTTP(ln) // plain HTTP gets a JSend 400, not net/http's text
 	bodyMem, bodyMemSource := bodyMemory(readSystemFile)
 	go a.core.Follow(ctx) // with a shared store: follow the other instances
-	var fresh *freshness // with a shared store: every handshake presents the newest state's certificates
+	var fresh *freshness  // with a shared store: every handshake presents the newest state's certificates
 	if a.core.Shared() {
 		fresh = &freshness{s: a.core}
 	}
