@@ -242,6 +242,10 @@ func (a *App) Run(ctx context.Context) error {
 	ln = rest.GuardPlainHTTP(ln) // plain HTTP gets a JSend 400, not net/http's text
 	bodyMem, bodyMemSource := bodyMemory(readSystemFile)
 	go a.core.Follow(ctx) // with a shared store: follow the other instances
+	var fresh *freshness  // with a shared store: every handshake presents the newest state's certificates
+	if a.core.Shared() {
+		fresh = &freshness{s: a.core}
+	}
 	handler := rest.New(a.core, rest.Options{
 		MaxManifestBytes: a.cfg.MaxManifestBytes,
 		EnableV1Recover:  a.cfg.EnableV1Recover,
@@ -253,7 +257,7 @@ func (a *App) Run(ctx context.Context) error {
 	})
 	srv := &http.Server{
 		Handler:           a.syncing(handler), // store.go
-		TLSConfig:         rest.TLSConfig(a.core.TLSCertificate),
+		TLSConfig:         rest.TLSConfig(freshCertificate(fresh, a.core.TLSCertificate)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,
 		WriteTimeout:      writeTimeout,
@@ -275,7 +279,7 @@ func (a *App) Run(ctx context.Context) error {
 			MaxReceiveBufferPerConnection: 1 << 20,
 		},
 	}
-	mesh := marbleapi.New(a.core, a.core.MarbleTLSCertificate, marbleapi.Options{
+	mesh := marbleapi.New(a.core, freshCertificate(fresh, a.core.MarbleTLSCertificate), marbleapi.Options{
 		MaxSendBytes:   marbleapi.MaxSendBytesFor(a.cfg.MaxManifestBytes),
 		RequestTimeout: requestTimeout,
 		Logger:         a.log,

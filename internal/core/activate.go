@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
@@ -313,7 +314,7 @@ func (c *Core) countActivation(ctx context.Context, s *snapshot, marbleType stri
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cur := c.snap.Load()
-	if cur.ca != s.ca || cur.persisted.Manifest == nil || fingerprint(cur.persisted.Manifest) != s.fingerprint {
+	if !sameActivationBasis(cur, s) {
 		return refuse(RefusedStore, ErrConflict, nil, "the manifest or the Coordinator's certificates changed during the activation; activate again")
 	}
 	if err := checkActivations(cur.persisted, marbleType, max); err != nil {
@@ -331,6 +332,28 @@ func (c *Core) countActivation(ctx context.Context, s *snapshot, marbleType stri
 		c.log.Error("activation count stored with an error", "error", err.Error())
 	}
 	return nil
+}
+
+// sameActivationBasis reports whether an activation prepared from snapshot
+// s may be counted in cur: what it handed out still holds — the same
+// manifest, the same certificates (the Marble's certificate is issued by
+// the intermediate, its environment names the roots) and the same root
+// secret (per-Marble keys derive from it). Other changes (a counter, an
+// uploaded secret, another type's activation, the same state reloaded after
+// another instance's commit) do not make the answer wrong, so they do not
+// abort it.
+func sameActivationBasis(cur, s *snapshot) bool {
+	if cur == s {
+		return true
+	}
+	if cur.persisted == nil || s.persisted == nil || cur.persisted.Manifest == nil || cur.ca == nil || s.ca == nil {
+		return false
+	}
+	return fingerprint(cur.persisted.Manifest) == s.fingerprint &&
+		cur.ca.Root.Equal(s.ca.Root) &&
+		cur.ca.Intermediate.Equal(s.ca.Intermediate) &&
+		cur.ca.MarbleRoot.Equal(s.ca.MarbleRoot) &&
+		bytes.Equal(cur.persisted.RootSecret, s.persisted.RootSecret)
 }
 
 // marbleSecrets returns the secrets one activation sees: the stored shared

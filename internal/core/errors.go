@@ -17,4 +17,18 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrConflict: the request conflicts with the state (e.g. update pending).
 	ErrConflict = errors.New("conflict")
+	// ErrUnavailable: the shared store cannot be reached (or too many
+	// concurrent changes won); nothing was changed, and the request may
+	// be repeated later, here or on another instance.
+	ErrUnavailable = errors.New("the shared state store is unavailable")
 )
+
+// ErrorClasses returns every error class above: a request to the Core
+// (Client API or Marble API) that fails for one of these reasons wraps
+// exactly one of them. Each transport maps every class to its own status
+// (its tests range over this list, and a test of this package checks that
+// the list names every exported error class of the package), so a class
+// no transport knows cannot reach a client as an internal error.
+func ErrorClasses() []error {
+	return []error{ErrWrongState, ErrInvalidRequest, ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrConflict, ErrUnavailable}
+}

@@ -145,10 +145,6 @@ func (c *Core) Sync(ctx context.Context) error {
 	return c.reload(ctx)
 }
 
-// ErrUnavailable: the shared store cannot be reached; the request may be
-// repeated later.
-var ErrUnavailable = errors.New("the shared state store is unavailable")
-
 // refresh reloads the stored state (after a lost compare-and-swap).
 func (c *Core) refresh(ctx context.Context) error {
 	c.mu.Lock()

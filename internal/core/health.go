@@ -43,10 +43,24 @@ var ErrStoreUnavailable = errors.New("the store of the sealed state is not reach
 // CheckStore reads the sealed state and data key back from their stores
 // (readiness). It fails when either cannot be read, or when the Coordinator
 // stored a state and the store no longer holds it. It does not take the
-// state lock, so a long state change does not delay it.
+// state lock, so a long state change does not delay it. On a shared store
+// it reads only the two revisions (one linearizable read without the
+// blobs), so probes cost etcd next to nothing whatever the state's size.
 func (c *Core) CheckStore(ctx context.Context) error {
 	stored := c.sealedSize.Load() > 0
 	running := c.Status() == StateAcceptingMarbles
+	if s := c.vault.shared(); s != nil {
+		drev, krev, err := s.Revisions(ctx, c.vault.key)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: reading the revisions of the sealed state: %w", ErrStoreUnavailable, err)
+		case drev == "" && stored:
+			return fmt.Errorf("%w: the sealed state is missing from the store", ErrStoreUnavailable)
+		case krev == "" && stored && running:
+			return fmt.Errorf("%w: the sealed data key is missing from the store", ErrStoreUnavailable)
+		}
+		return nil
+	}
 	for _, s := range []struct {
 		name   string
 		st     store.Store

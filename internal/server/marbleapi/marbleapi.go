@@ -280,6 +280,10 @@ func (s *Server) statusOf(ctx context.Context, err error) error {
 			"the activation did not finish within %s and was abandoned; nothing was stored; activate again", s.opts.RequestTimeout))
 	}
 	code := codeOf(err)
+	if code == codes.Unavailable {
+		s.log.Warn("marble activation refused: the shared state store is unavailable", "error", err.Error())
+		return status.Error(code, "the Coordinator cannot reach its state store; nothing was stored; activate again")
+	}
 	var ae *core.ActivationError
 	if errors.As(err, &ae) || code != codes.Internal {
 		return status.Error(code, err.Error())
@@ -304,6 +308,12 @@ func codeOf(err error) codes.Code {
 		// A concurrent change (an update during the activation): the
 		// Marble may activate again.
 		return codes.Aborted
+	case errors.Is(err, core.ErrNotFound):
+		return codes.NotFound
+	case errors.Is(err, core.ErrUnavailable):
+		// The shared store cannot be reached: nothing was stored, and
+		// the Marble may activate again (here or on another instance).
+		return codes.Unavailable
 	}
 	return codes.Internal
 }

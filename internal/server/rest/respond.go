@@ -30,6 +30,10 @@ var (
 	}
 )
 
+// msgStoreUnavailable is the message of a request refused because the
+// shared store cannot be reached (core.ErrUnavailable).
+const msgStoreUnavailable = "the Coordinator cannot reach its state store (etcd); nothing was changed; try again or another instance"
+
 // bodyError is a problem with the request body or query (400, or 413 when
 // the body is too large).
 type bodyError struct {
@@ -89,7 +93,7 @@ func statusOf(err error) (int, class) {
 	switch {
 	case errors.As(err, &he):
 		return http.StatusRequestHeaderFieldsTooLarge, classClient
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.Is(err, core.ErrUnavailable):
 		return http.StatusServiceUnavailable, classUnavailable
 	case errors.As(err, &be):
 		if be.tooLarge {
@@ -170,12 +174,20 @@ func (r renderer) write(w http.ResponseWriter, req *http.Request, data any, err 
 			r.log.Error("request failed", "requestID", requestID(req.Context()), "error", err.Error())
 			msg = "internal error (request ID " + requestID(req.Context()) + "); see the Coordinator's log"
 		case classUnavailable:
+			retryAfter := 1
 			var ue *unavailableError
-			errors.As(err, &ue)
-			if ue.err != nil {
-				r.log.Warn("request abandoned", "requestID", requestID(req.Context()), "error", ue.err.Error())
+			if errors.As(err, &ue) {
+				if ue.err != nil {
+					r.log.Warn("request abandoned", "requestID", requestID(req.Context()), "error", ue.err.Error())
+				}
+				retryAfter = max(ue.retryAfter, 1)
+			} else {
+				// core.ErrUnavailable: the cause (etcd's endpoints and
+				// error) goes to the log, the client gets what to do.
+				r.log.Warn("request refused: the shared state store is unavailable", "requestID", requestID(req.Context()), "error", err.Error())
+				msg = msgStoreUnavailable
 			}
-			w.Header().Set("Retry-After", strconv.Itoa(max(ue.retryAfter, 1)))
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
 		}
 		switch {
 		case r.v1:

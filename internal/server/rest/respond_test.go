@@ -162,3 +162,52 @@ func TestDecodeBodyAndQueries(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryCoreClassIsMapped sends every error class of the core (both as
+// the sentinel and wrapped the way the core wraps it) through the one
+// error→status map and the renderer of both generations: none may become a
+// 500, and an unavailable store is 503 with Retry-After and a message that
+// names no etcd detail.
+func TestEveryCoreClassIsMapped(t *testing.T) {
+	want := map[error]int{
+		core.ErrWrongState:      http.StatusConflict,
+		core.ErrInvalidRequest:  http.StatusBadRequest,
+		core.ErrUnauthenticated: http.StatusUnauthorized,
+		core.ErrForbidden:       http.StatusForbidden,
+		core.ErrNotFound:        http.StatusNotFound,
+		core.ErrConflict:        http.StatusConflict,
+		core.ErrUnavailable:     http.StatusServiceUnavailable,
+	}
+	for _, class := range core.ErrorClasses() {
+		status, ok := want[class]
+		if !ok {
+			t.Errorf("core class %q has no expected status in this test: decide its status, map it in statusOf and add it here", class)
+			continue
+		}
+		for _, err := range []error{class, fmt.Errorf("%w: context deadline exceeded (etcd endpoints 10.0.0.7:2379)", class)} {
+			if got, cl := statusOf(err); got != status || cl == classInternal {
+				t.Errorf("statusOf(%q) = %d (class %v), want %d", err, got, cl, status)
+			}
+			for _, v1 := range []bool{false, true} {
+				var logs bytes.Buffer
+				w := httptest.NewRecorder()
+				renderer{log: slog.New(slog.NewJSONHandler(&logs, nil)), v1: v1}.write(w, httptest.NewRequest(http.MethodPost, "/x", nil), nil, err)
+				if w.Code != status {
+					t.Errorf("v1=%v %q answered %d, want %d", v1, err, w.Code, status)
+				}
+				if status != http.StatusServiceUnavailable {
+					continue
+				}
+				if w.Header().Get("Retry-After") != "1" {
+					t.Errorf("v1=%v %q: Retry-After %q, want 1", v1, err, w.Header().Get("Retry-After"))
+				}
+				if strings.Contains(w.Body.String(), "10.0.0.7") || !strings.Contains(w.Body.String(), "state store") {
+					t.Errorf("v1=%v 503 body %q: want the safe message without the store's details", v1, w.Body.String())
+				}
+				if strings.Contains(err.Error(), "10.0.0.7") && !strings.Contains(logs.String(), "10.0.0.7") {
+					t.Errorf("the cause is not logged: %s", logs.String())
+				}
+			}
+		}
+	}
+}

@@ -15,6 +15,8 @@ type Proxy struct {
 	target string
 	// dropRequests / dropReplies swallow the bytes of that direction.
 	dropRequests, dropReplies atomic.Bool
+	// requestBytes / replyBytes count what was forwarded each way.
+	requestBytes, replyBytes atomic.Int64
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -69,12 +71,18 @@ func (p *Proxy) serve() {
 		p.mu.Lock()
 		p.conns = append(p.conns, in, out)
 		p.mu.Unlock()
-		go p.pipe(out, in, &p.dropRequests)
-		go p.pipe(in, out, &p.dropReplies)
+		go p.pipe(out, in, &p.dropRequests, &p.requestBytes)
+		go p.pipe(in, out, &p.dropReplies, &p.replyBytes)
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn, drop *atomic.Bool) {
+// Bytes returns how many bytes the proxy forwarded to etcd (requests) and
+// back (replies) so far.
+func (p *Proxy) Bytes() (requests, replies int64) {
+	return p.requestBytes.Load(), p.replyBytes.Load()
+}
+
+func (p *Proxy) pipe(dst, src net.Conn, drop *atomic.Bool, count *atomic.Int64) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
@@ -84,6 +92,7 @@ func (p *Proxy) pipe(dst, src net.Conn, drop *atomic.Bool) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
+			count.Add(int64(n))
 		}
 		if err != nil {
 			return

@@ -1,0 +1,112 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"sync"
+	"time"
+)
+
+// handshakeSyncTimeout bounds how long a TLS handshake waits for the
+// shared store before it presents the certificate this instance has.
+const handshakeSyncTimeout = 2 * time.Second
+
+// syncer brings an instance up to the newest stored state (core.Core.Sync).
+type syncer interface {
+	Sync(ctx context.Context) error
+}
+
+// freshness coalesces the syncs of concurrent TLS handshakes: a handshake
+// waits for a sync that STARTED after it arrived (so that it sees every
+// change acknowledged before it began), and all handshakes that arrive
+// while one sync runs share the next one. However many handshakes come in,
+// at most two syncs are under way (one running, one waiting to start), so
+// anonymous connections cannot multiply the reads sent to etcd.
+type freshness struct {
+	s syncer
+
+	mu sync.Mutex // protects running and pending
+	// running is the sync under way; pending the one that starts when
+	// it ends, which new arrivals join.
+	running, pending *syncRound
+}
+
+type syncRound struct {
+	done chan struct{}
+	err  error
+}
+
+// sync returns after a sync that started after the call (or when ctx
+// ends, with its error).
+func (f *freshness) sync(ctx context.Context) error {
+	f.mu.Lock()
+	switch {
+	case f.pending != nil:
+		r := f.pending
+		f.mu.Unlock()
+		return wait(ctx, r)
+	case f.running != nil:
+		r := &syncRound{done: make(chan struct{})}
+		f.pending = r
+		prev := f.running
+		f.mu.Unlock()
+		// The next round starts when the running one ends (each has its
+		// own deadline, so this goroutine ends within two of them).
+		go func() {
+			<-prev.done
+			f.mu.Lock()
+			f.running, f.pending = r, nil
+			f.mu.Unlock()
+			f.run(r)
+		}()
+		return wait(ctx, r)
+	default:
+		r := &syncRound{done: make(chan struct{})}
+		f.running = r
+		f.mu.Unlock()
+		f.run(r)
+		return r.err
+	}
+}
+
+// run performs one sync with its own deadline (not a handshake's, which
+// others share) and publishes its result.
+func (f *freshness) run(r *syncRound) {
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeSyncTimeout)
+	r.err = f.s.Sync(ctx)
+	cancel()
+	f.mu.Lock()
+	if f.running == r {
+		f.running = nil
+	}
+	f.mu.Unlock()
+	close(r.done)
+}
+
+func wait(ctx context.Context, r *syncRound) error {
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// freshCertificate wraps cert so that, with a shared store, every TLS
+// handshake first brings this instance up to the stored state: a handshake
+// that starts after a change was acknowledged by any instance presents the
+// certificates of that state or a newer one (docs/ha.md). When the store
+// does not answer within handshakeSyncTimeout the certificate this
+// instance has is presented; every request over the connection is then
+// checked again (syncing) and refused with 503 while the store is away.
+func freshCertificate(f *freshness, cert func() *tls.Certificate) func() *tls.Certificate {
+	if f == nil {
+		return cert
+	}
+	return func() *tls.Certificate {
+		ctx, cancel := context.WithTimeout(context.Background(), handshakeSyncTimeout)
+		defer cancel()
+		f.sync(ctx) // an error: the store is away; see above
+		return cert()
+	}
+}

@@ -1,0 +1,134 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// countingSyncer is a store sync that takes as long as the test says and
+// numbers its runs.
+type countingSyncer struct {
+	mu      sync.Mutex
+	started []time.Time
+	release chan struct{} // each run waits for one value (or is closed)
+	err     error
+}
+
+func (s *countingSyncer) Sync(ctx context.Context) error {
+	s.mu.Lock()
+	s.started = append(s.started, time.Now())
+	s.mu.Unlock()
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.err
+}
+
+func (s *countingSyncer) runs() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.started)
+}
+
+// TestFreshnessWaitsForASyncStartedAfterArrival: a handshake that arrives
+// while a sync runs does not take that sync's result (it may have read the
+// store before the change the handshake must see); it waits for the next.
+func TestFreshnessWaitsForASyncStartedAfterArrival(t *testing.T) {
+	s := &countingSyncer{release: make(chan struct{})}
+	f := &freshness{s: s}
+	first := make(chan error, 1)
+	go func() { first <- f.sync(context.Background()) }()
+	waitFor(t, func() bool { return s.runs() == 1 })
+
+	arrived := time.Now()
+	second := make(chan error, 1)
+	go func() { second <- f.sync(context.Background()) }()
+	time.Sleep(20 * time.Millisecond)
+	s.release <- struct{}{} // the first sync ends
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-second:
+		t.Fatalf("the second handshake returned (%v) with the sync that started before it arrived", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	waitFor(t, func() bool { return s.runs() == 2 })
+	s.release <- struct{}{}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started[1].After(arrived) {
+		t.Fatal("the sync the second handshake waited for started before it arrived")
+	}
+}
+
+// TestFreshnessCoalesces: however many handshakes arrive while one sync
+// runs, they share one next sync (anonymous connections cannot multiply
+// the reads sent to etcd).
+func TestFreshnessCoalesces(t *testing.T) {
+	s := &countingSyncer{release: make(chan struct{})}
+	f := &freshness{s: s}
+	var wg sync.WaitGroup
+	wg.Go(func() { f.sync(context.Background()) })
+	waitFor(t, func() bool { return s.runs() == 1 })
+	var ok atomic.Int32
+	for range 200 {
+		wg.Go(func() {
+			if f.sync(context.Background()) == nil {
+				ok.Add(1)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(s.release) // every run ends at once from now on
+	wg.Wait()
+	if n := s.runs(); n != 2 {
+		t.Fatalf("%d syncs for 201 handshakes, want 2", n)
+	}
+	if ok.Load() != 200 {
+		t.Fatalf("%d of 200 handshakes saw success", ok.Load())
+	}
+}
+
+// TestFreshnessErrorsAndDeadline: the store's error reaches the waiter,
+// and a waiter's own deadline bounds its wait.
+func TestFreshnessErrorsAndDeadline(t *testing.T) {
+	boom := errors.New("etcd away")
+	s := &countingSyncer{release: make(chan struct{}), err: boom}
+	close(s.release)
+	f := &freshness{s: s}
+	if err := f.sync(context.Background()); !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the store's", err)
+	}
+
+	blocked := &countingSyncer{release: make(chan struct{})}
+	f = &freshness{s: blocked}
+	go f.sync(context.Background())
+	waitFor(t, func() bool { return blocked.runs() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := f.sync(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the waiter's deadline", err)
+	}
+	close(blocked.release)
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
