@@ -125,7 +125,8 @@ func (c *Client) RecoveryPublicKey(ctx context.Context) (*rsa.PublicKey, error) 
 }
 
 // RecoverySecrets returns the encrypted recovery secrets last handed out, by
-// the manifest set or by the update that last changed the recovery keys
+// the manifest set or by the update that last made a new data key (it
+// changed the recovery keys, or SealMode to UniqueKey)
 // (GET /api/v2/recover/secrets), one per RecoveryKeys name: for when that
 // answer was lost. Each is encrypted to its recovery key
 // (DecryptRecoverySecret). It needs the client certificate of a manifest
@@ -208,7 +209,8 @@ func (c *Client) PendingUpdate(ctx context.Context) (*v2.PendingUpdateResponse, 
 
 // AcknowledgeUpdate acknowledges the pending update by uploading the same
 // manifest (POST /api/v2/update-manifest). The last acknowledgement applies
-// it; RecoverySecrets is then set if the recovery keys changed.
+// it; RecoverySecrets is then set if it made a new data key (the recovery
+// keys changed, or SealMode changed to UniqueKey).
 func (c *Client) AcknowledgeUpdate(ctx context.Context, manifest []byte) (*v2.UpdateAckResponse, error) {
 	if len(manifest) == 0 {
 		return nil, errors.New("client: AcknowledgeUpdate: empty manifest")

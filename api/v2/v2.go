@@ -75,7 +75,8 @@ type RecoverResponse struct {
 
 // RecoverySecretsResponse is the data of GET /api/v2/recover/secrets: the
 // encrypted recovery secrets last handed out (by the manifest set, or by the
-// update that last changed RecoveryKeys), one per RecoveryKeys name, each
+// update that last made a new data key: it changed RecoveryKeys, or SealMode
+// to UniqueKey; docs/sealing.md), one per RecoveryKeys name, each
 // encrypted to its key as in ManifestSetResponse.
 type RecoverySecretsResponse struct {
 	RecoverySecrets map[string][]byte `json:"recoverySecrets"`

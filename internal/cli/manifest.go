@@ -305,8 +305,9 @@ func (a *app) updateApplyCommand() *cobra.Command {
 only Packages (with new SecurityVersions) is a package update, applied at once.
 Any other manifest is a complete update: it is applied when enough users with
 the UpdateManifest permission have acknowledged it ('manifest update
-acknowledge'). If the applied update changes the recovery keys, the new
-encrypted recovery secrets are written to --recovery-secrets-file.`,
+acknowledge'). If the applied update changes the recovery keys, or changes
+SealMode from ProductKey (the default) to UniqueKey, it makes a new data key
+and the new encrypted recovery secrets are written to --recovery-secrets-file.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw, err := a.loadManifest(args[0])

@@ -124,6 +124,11 @@ type faultCase struct {
 	prepare func(t *testing.T, e *faultEnv)
 	// op is the operation; it returns the operation's error.
 	op func(e *faultEnv) error
+	// loosens marks a change from UniqueKey to ProductKey, which keeps the
+	// data key: after a failed write the key file may hold it under
+	// ProductKey while the stored state is still UniqueKey
+	// (docs/sealing.md "SealMode changes").
+	loosens bool
 }
 
 // faultEnv is one run: a seal directory, fault-injecting stores, and the
@@ -358,6 +363,21 @@ func faultCases(w *faultWorld) []faultCase {
 			op: update(manifestOpts{recoveryKeys: []int{0}, threshold: 1, sealMode: "ProductKey"})},
 		{name: "seal mode ProductKey to UniqueKey", prepare: setWith(withRec),
 			op: update(manifestOpts{recoveryKeys: []int{0}, threshold: 1, sealMode: "UniqueKey"})},
+		{name: "seal mode default to UniqueKey without recovery keys", prepare: setWith(noRec),
+			op: update(manifestOpts{threshold: 1, sealMode: "UniqueKey"})},
+		{name: "seal mode to UniqueKey with new recovery keys", prepare: setWith(withRec),
+			op: update(manifestOpts{recoveryKeys: []int{1}, threshold: 1, sealMode: "UniqueKey"})},
+		{name: "acknowledgement applying seal mode UniqueKey", prepare: func(t *testing.T, e *faultEnv) {
+			e.set(t, manifestOpts{recoveryKeys: []int{0}, threshold: 2})
+			if _, err := e.c.Update(context.Background(), w.admin.peer(), w.manifest(manifestOpts{recoveryKeys: []int{0}, threshold: 2, sealMode: "UniqueKey"})); err != nil {
+				t.Fatal(err)
+			}
+		}, op: func(e *faultEnv) error {
+			_, err := e.c.AcknowledgeUpdate(context.Background(), w.second.peer(), w.manifest(manifestOpts{recoveryKeys: []int{0}, threshold: 2, sealMode: "UniqueKey"}))
+			return err
+		}},
+		{name: "seal mode UniqueKey to ProductKey", prepare: setWith(manifestOpts{recoveryKeys: []int{0}, threshold: 1, sealMode: "UniqueKey"}),
+			op: update(withRec), loosens: true},
 	}
 }
 
@@ -375,7 +395,9 @@ func TestFaultInjection(t *testing.T) {
 	// With the Gramine sealer (a fake attestation directory), the cases
 	// that change the data key or the seal mode run again.
 	withGramine := map[string]bool{"set manifest": true, "full update with new recovery keys": true, "recovery": true,
-		"seal mode Disabled to ProductKey": true, "seal mode ProductKey to UniqueKey": true, "secret upload": true}
+		"seal mode Disabled to ProductKey": true, "seal mode ProductKey to UniqueKey": true, "secret upload": true,
+		"seal mode default to UniqueKey without recovery keys": true, "seal mode to UniqueKey with new recovery keys": true,
+		"acknowledgement applying seal mode UniqueKey": true, "seal mode UniqueKey to ProductKey": true}
 	gramineDir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(gramineDir, "keys"), 0o700); err != nil {
 		t.Fatal(err)
@@ -470,6 +492,16 @@ func runFault(t *testing.T, name string, w *faultWorld, tc faultCase, sealer sea
 	}
 	if fresh.Status() == StateRecovery && !stringsHasPrefix(before, "recovery") {
 		t.Fatalf("%s: a restart is in recovery mode", name)
+	}
+	// Under Gramine, a stored UniqueKey state opens with no entry of the
+	// key file for an enclave of the same signer with another MRENCLAVE,
+	// whatever failed: a tightened seal mode has a new data key.
+	if g, ok := sealer.(seal.GramineKeySealer); ok && !tc.loosens && fresh.Status() == StateAcceptingMarbles &&
+		fresh.snap.Load().manifest.Config.SealMode == "UniqueKey" {
+		blob, keyFile := e.files(t)
+		if _, opened := opening(t, sameSignerOtherEnclave(t, g), keyFile, blob); opened != 0 {
+			t.Fatalf("%s: an enclave of the same signer with another MRENCLAVE opens the stored UniqueKey state with %d entries of the key file", name, opened)
+		}
 	}
 	if mode == storetest.CrashBefore || mode == storetest.CrashAfter {
 		return true

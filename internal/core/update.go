@@ -57,7 +57,9 @@ type UpdateResult struct {
 	MissingAcknowledgments int
 	MissingUsers           []string
 	// RecoverySecrets are new encrypted recovery secrets when the applied
-	// manifest changed the recovery keys.
+	// manifest made a new data key: it changed the recovery keys, or
+	// tightened SealMode from ProductKey to UniqueKey (none when the
+	// manifest has no recovery keys).
 	RecoverySecrets map[string][]byte
 	// AlreadyAcknowledged is set when the user had acknowledged before.
 	AlreadyAcknowledged bool
@@ -301,8 +303,9 @@ func (c *Core) cancelUpdateOnce(ctx context.Context, peer []*x509.Certificate) e
 
 // applyFullUpdate makes m (uploaded as raw) the manifest (behaviour.md §7.2
 // step 7 and §7.3): users, packages and secrets follow the new manifest, the
-// intermediate CA and Marble root are rotated, and new recovery secrets are
-// made when the recovery keys changed. st already carries the log entries
+// intermediate CA and Marble root are rotated, and a new data key with new
+// recovery secrets is made when the recovery keys changed or SealMode
+// became stricter (sealModeTightened). st already carries the log entries
 // and pending state of the caller.
 func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState, m *manifest.Manifest, raw []byte) (UpdateResult, error) {
 	users, err := user.FromManifest(m)
@@ -342,13 +345,20 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 		updatelog.ManifestChanged(now, acked, s.fingerprint, fingerprint(raw)))
 
 	var res UpdateResult
-	header, dek, newKey := c.header, c.dek, false
-	if manifest.RecoveryKeysChanged(s.manifest, m) {
+	header, dek := c.header, c.dek
+	recoveryChanged, tightened := manifest.RecoveryKeysChanged(s.manifest, m), sealModeTightened(s.manifest, m)
+	newKey := recoveryChanged || tightened
+	if newKey {
+		// A new data key, with new recovery secrets for it: the recovery
+		// keys changed, or the seal mode became stricter, so that no
+		// entry sealed under the looser mode opens the new state
+		// (docs/sealing.md "SealMode changes"). The key file of the
+		// commit holds the new key in the new mode only.
 		var pub recovery.Public
 		if dek, res.RecoverySecrets, pub, err = newRecoverySecrets(c.opts.Rand, m); err != nil {
 			return UpdateResult{}, err
 		}
-		header, newKey = sealHeader{Format: stateFormat, Recovery: pub}, true
+		header = sealHeader{Format: stateFormat, Recovery: pub}
 		st.RecoverySecrets = res.RecoverySecrets
 	}
 	if m.Config.SealMode == manifest.SealModeDisabled {
@@ -367,7 +377,8 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 		users:       users,
 		fingerprint: fingerprint(raw),
 	})
-	c.log.Info("manifest updated", "manifestFingerprint", fingerprint(raw), "recoveryKeysChanged", newKey)
+	c.log.Info("manifest updated", "manifestFingerprint", fingerprint(raw), "recoveryKeysChanged", recoveryChanged,
+		"sealMode", sealModeName(m.Config.SealMode), "newDataKey", newKey)
 	return res, err
 }
 
@@ -375,12 +386,26 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 // state on disk would then stay as it is, and the next restart would
 // silently bring back the state from before the update (docs/sealing.md).
 // Turning sealing on (from Disabled) and changing between ProductKey and
-// UniqueKey are allowed and take effect with the update.
+// UniqueKey are allowed and take effect with the update; a change to
+// UniqueKey also replaces the data key (sealModeTightened).
 func checkSealModeChange(cur, next *manifest.Manifest) error {
 	if cur.Config.SealMode != manifest.SealModeDisabled && next.Config.SealMode == manifest.SealModeDisabled {
 		return classify(ErrInvalidRequest, fmt.Errorf("an update cannot change SealMode from %q to %q: the sealed state on disk would keep the state from before the update, and a restart would silently roll back to it; keep sealing on, or start a new deployment with SealMode Disabled", sealModeName(cur.Config.SealMode), manifest.SealModeDisabled))
 	}
 	return nil
+}
+
+// sealModeTightened reports whether a full update from cur to next makes
+// sealing stricter: from ProductKey (or the default) to UniqueKey. The
+// data key is then replaced, as for new recovery keys: the key file and the
+// other instances' entries (on a shared store) hold the current key sealed
+// under ProductKey, which any enclave of the same signer opens, so keeping
+// the key would leave the new state readable by every such enclave
+// (docs/sealing.md "SealMode changes"). From Disabled nothing was ever
+// sealed, and UniqueKey → ProductKey loosens: both keep the key.
+func sealModeTightened(cur, next *manifest.Manifest) bool {
+	return sealModeName(cur.Config.SealMode) == manifest.SealModeProductKey &&
+		next.Config.SealMode == manifest.SealModeUniqueKey
 }
 
 func sealModeName(m string) string {

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"crypto/rand"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -150,4 +151,85 @@ func TestGramineSealingRefusedWithoutKeys(t *testing.T) {
 	if strings.Count(c.Logs(), "INSECURE: running under Gramine with simulated sealing") < 2 {
 		t.Fatal("no warning at the second start")
 	}
+}
+
+// sameSignerSealer is an enclave of the device's signer with another
+// MRENCLAVE, as code the test runs itself: the device's MRSIGNER sealing
+// key, a MRENCLAVE sealing key of its own.
+func (g *gramineSealing) sameSignerSealer(t *testing.T) seal.GramineKeySealer {
+	t.Helper()
+	signer, err := (seal.GramineKeySealer{Dir: g.dev.Dir}).SealingKey(seal.ModeProductKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "keys"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	enclave := make([]byte, 16)
+	rand.Read(enclave)
+	for name, k := range map[string][]byte{seal.GramineMRSignerKey: signer, seal.GramineMREnclaveKey: enclave} {
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), k, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return seal.GramineKeySealer{Dir: dir}
+}
+
+// opensWith counts the entries of sealed_key whose key, unsealed by
+// sealer, decrypts sealed_data.
+func (g *gramineSealing) opensWith(t *testing.T, sealer seal.KeySealer) int {
+	t.Helper()
+	blob, err := os.ReadFile(filepath.Join(g.c.sealDir, "sealed_data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := seal.DecodeKeyFile(g.keyFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if dek, err := sealer.UnsealKey(e.Sealed, e.Binding[:]); err == nil {
+			if _, _, err := seal.Open(dek, blob); err == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Under (fake) Gramine, ProductKey → UniqueKey: an enclave of the same
+// signer with another MRENCLAVE opens the new sealed_data with no entry of
+// sealed_key (before the update it can); the answer's new recovery secret
+// is what recovers the state on a new enclave build, the old one is
+// refused (docs/sealing.md "SealMode changes").
+func TestGramineSealModeTightened(t *testing.T) {
+	g := newGramineSealing(t, "ProductKey")
+	hc := g.c.client(nil, nil)
+	other := g.sameSignerSealer(t)
+	if g.opensWith(t, other) == 0 {
+		t.Fatal("setup: an enclave of the same signer does not open the ProductKey state")
+	}
+	old := g.secrets["key1"]
+	fresh := g.tightenSealMode(t)
+	if fresh == nil || bytes.Equal(fresh, old) {
+		t.Fatal("the update to UniqueKey answered no new recovery secret")
+	}
+	if n := g.opensWith(t, other); n != 0 {
+		t.Fatalf("an enclave of the same signer with another MRENCLAVE opens the new state with %d entries of sealed_key", n)
+	}
+	g.c.restart()
+	expectState(t, g.c, hc, 3, msgRunning)
+
+	// A new enclave build of the same signer: recovery mode; only the
+	// new secret recovers.
+	g.c.kill()
+	g.dev.SetSealingKey(t, seal.ModeUniqueKey, nil)
+	g.c.start()
+	expectState(t, g.c, hc, 1, msgRecovery)
+	expect(t, postRecover(t, g.c, old, sign(t, g.keys["key1"], old)), http.StatusBadRequest, "fail")
+	g.secrets["key1"] = fresh
+	g.upload(t, "key1", 0)
+	g.checkRecovered(t)
 }

@@ -1,6 +1,9 @@
 package integration
 
 import (
+	"bytes"
+	"crypto/rsa"
+	"crypto/sha256"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -94,4 +97,80 @@ func TestSealedKeyDirectoryAtRecovery(t *testing.T) {
 	if moved, _ := filepath.Glob(keyPath + ".unusable-*"); len(moved) != 1 {
 		t.Fatalf("the directory was not moved aside: %v", moved)
 	}
+}
+
+// tightenSealMode sends a full update to SealMode UniqueKey as alice and
+// returns the recovery secret of key1 it answered, decrypted (nil when the
+// answer holds none).
+func (s *recoverySetup) tightenSealMode(t *testing.T) []byte {
+	t.Helper()
+	alice := s.f.users["alice"].cert
+	s.f.set("Config.SealMode", "UniqueKey")
+	updated := s.f.bytes(t)
+	r := do(t, s.c.client(s.root, &alice), http.MethodPost, s.c.url("/api/v2/update"), map[string][]byte{"manifest": updated})
+	expect(t, r, http.StatusOK, "success")
+	s.raw = updated
+	var d updateData
+	decode(t, r, &d)
+	if len(d.RecoverySecrets) == 0 {
+		return nil
+	}
+	if len(d.RecoverySecrets) != 1 || d.RecoverySecrets["key1"] == nil {
+		t.Fatalf("recovery secrets %v, want key1's", d.RecoverySecrets)
+	}
+	// The secrets are kept for GET /api/v2/recover/secrets as well.
+	g := do(t, s.c.client(s.root, &alice), http.MethodGet, s.c.url("/api/v2/recover/secrets"), nil)
+	expect(t, g, http.StatusOK, "success")
+	var kept struct {
+		RecoverySecrets map[string][]byte `json:"recoverySecrets"`
+	}
+	decode(t, g, &kept)
+	if !bytes.Equal(kept.RecoverySecrets["key1"], d.RecoverySecrets["key1"]) {
+		t.Fatal("GET /api/v2/recover/secrets does not serve the secrets the update answered")
+	}
+	plain, err := rsa.DecryptOAEP(sha256.New(), nil, s.keys["key1"], d.RecoverySecrets["key1"], nil)
+	if err != nil {
+		t.Fatalf("decrypting the new recovery secret: %v", err)
+	}
+	return plain
+}
+
+// An update from ProductKey (the default) to UniqueKey makes a new data
+// key: its answer carries new recovery secrets, they recover the state
+// after a restart in recovery mode, and the old ones no longer do
+// (docs/sealing.md "SealMode changes"). Back to ProductKey keeps the key.
+func TestSealModeTightenedNewRecoverySecrets(t *testing.T) {
+	s := newRecoverySetupWith(t, func(f *fixture) { f.set("Config.UpdateThreshold", 1) })
+	old := s.secrets["key1"]
+	fresh := s.tightenSealMode(t)
+	if fresh == nil {
+		t.Fatal("the update to UniqueKey answered no recovery secrets")
+	}
+	if bytes.Equal(fresh, old) {
+		t.Fatal("the update to UniqueKey answered the old recovery secret")
+	}
+	s.c.restart()
+	expectState(t, s.c, s.c.client(nil, nil), 3, msgRunning)
+
+	s.breakKey(t)
+	r := postRecover(t, s.c, old, sign(t, s.keys["key1"], old))
+	expect(t, r, http.StatusBadRequest, "fail")
+	s.secrets["key1"] = fresh
+	s.upload(t, "key1", 0)
+	s.checkRecovered(t)
+
+	// UniqueKey → ProductKey: the key stays, no new secrets.
+	alice := s.f.users["alice"].cert
+	s.f.set("Config.SealMode", "ProductKey")
+	r = do(t, s.c.client(s.root, &alice), http.MethodPost, s.c.url("/api/v2/update"), map[string][]byte{"manifest": s.f.bytes(t)})
+	expect(t, r, http.StatusOK, "success")
+	var d updateData
+	decode(t, r, &d)
+	if d.RecoverySecrets != nil {
+		t.Fatalf("loosening SealMode answered recovery secrets: %v", d.RecoverySecrets)
+	}
+	s.raw = s.f.bytes(t)
+	s.breakKey(t)
+	s.upload(t, "key1", 0)
+	s.checkRecovered(t)
 }
