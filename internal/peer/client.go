@@ -112,7 +112,7 @@ func (c *Client) Fetch(ctx context.Context, addr string, keyID [32]byte) (*Key, 
 		return nil, fmt.Errorf("peer %s: %w", addr, err)
 	}
 	if h.Version != ProtocolVersion {
-		return nil, fmt.Errorf("peer %s: %w: it speaks protocol version %d, this instance %d (mutual attestation); run one Coordinator version on all instances", addr, ErrVersion, h.Version, ProtocolVersion)
+		return nil, fmt.Errorf("%w: the peer speaks protocol version %d, this instance %d (mutual attestation); run one Coordinator version on all instances", ErrVersion, h.Version, ProtocolVersion)
 	}
 	if len(h.Nonce) != nonceSize {
 		return nil, fmt.Errorf("peer %s: %w: a nonce of %d bytes", addr, ErrBadResponse, len(h.Nonce))
@@ -147,17 +147,17 @@ func (c *Client) Fetch(ctx context.Context, addr string, keyID [32]byte) (*Key, 
 	}
 	// An enclave accepts the key only from a verified peer.
 	if len(resp.Quote) == 0 {
-		return nil, fmt.Errorf("peer %s: %w; this instance runs in an enclave and accepts a key only from an attested peer", addr, ErrPeerUnattested)
+		return nil, fmt.Errorf("%w; this instance runs in an enclave and accepts a key only from an attested peer", ErrPeerUnattested)
 	}
 	vr, err := c.Verifier.Verify(ctx, resp.Quote)
 	if err != nil {
-		return nil, fmt.Errorf("peer %s: %w: %v", addr, ErrPeerUnverified, err)
+		return nil, fmt.Errorf("%w: %v", ErrPeerUnverified, err)
 	}
 	if err := checkBinding(vr, PeerReportData(cs.PeerCertificates[0], exporter, nonce, keyID, resp.Mode), ErrPeerBinding, ErrPeerStale); err != nil {
-		return nil, fmt.Errorf("peer %s: %w", addr, err)
+		return nil, err
 	}
 	if err := policy.Check(vr, samePackage(c.Self, resp.Mode)); err != nil {
-		return nil, fmt.Errorf("peer %s: %w (seal mode %s): %v", addr, ErrPeerIdentity, resp.Mode, err)
+		return nil, fmt.Errorf("%w (seal mode %s): %v", ErrPeerIdentity, resp.Mode, err)
 	}
 	k.Peer = vr
 	return k, nil
