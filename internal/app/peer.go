@@ -65,8 +65,9 @@ func (a *App) instanceID() (seal.InstanceID, error) {
 }
 
 // setupPeer prepares the peer key transfer on a shared store: the
-// instance id, the TLS certificate quotes bind, the client that asks the
-// other instances, and this instance's own enclave identity.
+// instance id, the TLS certificate quotes bind, this instance's own
+// enclave identity, and the client that asks the other instances (with
+// the quote verifier a.verifier, which checks the peers' quotes).
 func (a *App) setupPeer(ctx context.Context, issuer attest.Issuer) error {
 	if a.etcd == nil {
 		return nil
@@ -79,7 +80,12 @@ func (a *App) setupPeer(ctx context.Context, issuer attest.Issuer) error {
 	if err != nil {
 		return fmt.Errorf("peer certificate: %w", err)
 	}
-	p := &peerState{id: id, idHex: hex.EncodeToString(id[:]), client: &peer.Client{Certificate: cert, Issuer: issuer}}
+	p := &peerState{id: id, idHex: hex.EncodeToString(id[:]), client: &peer.Client{
+		Certificate: cert, Issuer: issuer, InsecureTrust: a.cfg.Store.InsecurePeerTrust,
+	}}
+	if a.verifier != nil {
+		p.client.Verifier = a.verifier
+	}
 	q, err := issuer.Issue(ctx, [attest.ReportDataSize]byte{})
 	switch {
 	case errors.Is(err, attest.ErrUnsupported):
@@ -91,7 +97,11 @@ func (a *App) setupPeer(ctx context.Context, issuer attest.Issuer) error {
 			return fmt.Errorf("peer key transfer: this instance's own quote: %w", err)
 		}
 		p.self = &parsed.Body
+		if a.verifier == nil {
+			a.log.Warn("peer key transfer: without a collateral source (--collateral-file or --pccs-url) this instance can neither verify a joining instance nor a running one; it cannot join through a peer, nor let others join through it")
+		}
 	}
+	p.client.Self = p.self
 	a.peer = p
 	return nil
 }
@@ -114,7 +124,7 @@ type peerSource struct {
 
 func (p *peerState) source(a *App) core.KeySource { return &peerSource{a: a, p: p} }
 
-func (s *peerSource) FetchKey(ctx context.Context, keyID [32]byte) ([]byte, error) {
+func (s *peerSource) FetchKey(ctx context.Context, keyID [32]byte) (*core.FetchedKey, error) {
 	members, err := s.a.etcd.Members(ctx)
 	if err != nil {
 		return nil, err
@@ -127,10 +137,14 @@ func (s *peerSource) FetchKey(ctx context.Context, keyID [32]byte) ([]byte, erro
 			continue
 		}
 		tried++
-		dek, err := s.p.client.Fetch(ctx, m.PeerAddr, keyID)
+		k, err := s.p.client.Fetch(ctx, m.PeerAddr, keyID)
 		if err == nil {
-			s.a.log.Info("obtained the data key from a running instance", "peer", m.PeerAddr, "peerInstance", m.Instance)
-			return dek, nil
+			if k.Peer == nil {
+				s.a.log.Warn("INSECURE: obtained the data key from an instance without attestation (--insecure-peer-trust, simulation)", "peer", m.PeerAddr, "peerInstance", m.Instance)
+			} else {
+				s.a.log.Info("obtained the data key from a running instance; its quote shows the same enclave", "peer", m.PeerAddr, "peerInstance", m.Instance, "sealMode", k.Mode)
+			}
+			return &core.FetchedKey{DEK: k.DEK, Allows: k.Allows}, nil
 		}
 		s.a.log.Warn("a running instance did not give the data key", "peer", m.PeerAddr, "peerInstance", m.Instance, "reason", err.Error())
 		errs = append(errs, fmt.Errorf("%s: %w", m.PeerAddr, err))
@@ -163,7 +177,7 @@ func (a *App) servePeer(ln net.Listener, verifier core.QuoteVerifier) (stop func
 		return func() {}
 	}
 	s := &peer.Server{
-		Keys: a.core, Self: a.peer.self, Certificate: a.peer.client.Certificate,
+		Keys: a.core, Self: a.peer.self, Issuer: a.peer.client.Issuer, Certificate: a.peer.client.Certificate,
 		InsecureTrust: a.cfg.Store.InsecurePeerTrust,
 		OnResult: func(r peer.Result) {
 			switch {

@@ -278,6 +278,9 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return c.enterRecovery(blob, "the decrypted state is invalid", err)
 	}
+	if err := c.vault.checkFetched(snap.manifest.Config.SealMode); err != nil {
+		return c.enterRecovery(blob, "the running instance that gave the data key may not hold the key of this state (its quote does not satisfy the state's seal mode)", err)
+	}
 	if snap.state, err = next(StateUninitialized, eventStartSealed); err != nil {
 		return nil, err
 	}

@@ -22,9 +22,22 @@ import (
 // others' entries of the keys still in use.
 
 // KeySource gives the data key with key ID keyID, obtained elsewhere (from
-// a running peer that verified this instance's quote).
+// a running peer that verified this instance's quote and proved with its
+// own that it is the same enclave, internal/peer).
 type KeySource interface {
-	FetchKey(ctx context.Context, keyID [32]byte) ([]byte, error)
+	FetchKey(ctx context.Context, keyID [32]byte) (*FetchedKey, error)
+}
+
+// FetchedKey is a data key a KeySource obtained.
+type FetchedKey struct {
+	DEK []byte
+	// Allows reports whether the instance that gave the key may hold the
+	// key of a state with seal mode mode (its quote satisfies that mode's
+	// rules). The giver was checked against the mode it stated before
+	// the key was returned; once the key opened the state, the Core
+	// checks the state's own SealMode with Allows before it uses the key
+	// for anything else. Required: a key without it is not used.
+	Allows func(mode string) error
 }
 
 // fetchKeyTimeout bounds how long a load waits for a KeySource.
@@ -40,6 +53,9 @@ type instances struct {
 	keys *seal.InstanceKeyFile
 	// needEntry: the key was opened without this instance's own entry.
 	needEntry bool
+	// fetched is set while the key of the blob being loaded came from the
+	// KeySource: the state it opens must pass its Allows (checkFetched).
+	fetched *FetchedKey
 
 	knownMu sync.Mutex
 	known   []knownKey // newest last, at most 2
@@ -135,16 +151,37 @@ func (v *vault) instanceKeyFor(ctx context.Context, raw, blob []byte) ([]byte, *
 	fctx, cancel := context.WithTimeout(ctx, fetchKeyTimeout)
 	defer cancel()
 	v.log.Info("no entry of the key file opens here (a new instance, or one on another CPU); asking a running instance for the data key", "keyID", fmt.Sprintf("%x", rec.KeyID[:8]))
-	dek, err := v.source.FetchKey(fctx, rec.KeyID)
+	fk, err := v.source.FetchKey(fctx, rec.KeyID)
 	if err != nil {
-		return nil, &keyProblem{"no entry of the key file opens here and no running instance gave the data key (all instances that hold it are gone, or run another enclave)", err}
+		return nil, &keyProblem{"no entry of the key file opens here and no running instance gave the data key (all instances that hold it are gone, run another enclave, or are not genuine)", err}
 	}
-	if !rec.Verify(dek) {
+	if fk == nil || fk.Allows == nil {
+		return nil, &keyProblem{"the data key source gave no way to check the giver against the state's seal mode", errors.New("FetchedKey.Allows is nil")}
+	}
+	if !rec.Verify(fk.DEK) {
 		return nil, &keyProblem{"the data key a peer gave does not match the key record", errors.New("key ID or binding tag mismatch")}
 	}
-	v.log.Info("opened the state with the data key from a running instance; adding this instance's entry to the key file")
+	v.fetched = fk
 	v.needEntry = true
-	return dek, nil
+	return fk.DEK, nil
+}
+
+// checkFetched checks, when the key of the state just opened came from
+// the KeySource, that its giver may hold the key of a state with the
+// state's seal mode; the key is not used otherwise (not kept for PeerKey,
+// not sealed into the key file).
+func (v *vault) checkFetched(mode string) error {
+	fk := v.fetched
+	v.fetched = nil
+	if fk == nil {
+		return nil
+	}
+	if err := fk.Allows(mode); err != nil {
+		v.needEntry = false
+		return err
+	}
+	v.log.Info("opened the state with the data key from a running instance; adding this instance's entry to the key file")
+	return nil
 }
 
 // instanceKeyFile builds the key file of a commit of a blob with binding

@@ -40,7 +40,7 @@ type peerOf struct {
 	calls int
 }
 
-func (p *peerOf) FetchKey(_ context.Context, keyID [32]byte) ([]byte, error) {
+func (p *peerOf) FetchKey(_ context.Context, keyID [32]byte) (*FetchedKey, error) {
 	p.calls++
 	if p.c == nil {
 		return nil, errors.New("no peer alive")
@@ -49,13 +49,36 @@ func (p *peerOf) FetchKey(_ context.Context, keyID [32]byte) ([]byte, error) {
 	if !ok {
 		return nil, errors.New("the peer does not hold this key")
 	}
-	return dek, nil
+	return &FetchedKey{DEK: dek, Allows: func(string) error { return nil }}, nil
 }
 
 type wrongKey struct{}
 
-func (wrongKey) FetchKey(context.Context, [32]byte) ([]byte, error) {
-	return make([]byte, seal.KeySize), nil
+func (wrongKey) FetchKey(context.Context, [32]byte) (*FetchedKey, error) {
+	return &FetchedKey{DEK: make([]byte, seal.KeySize), Allows: func(string) error { return nil }}, nil
+}
+
+// modeRefused is a peer whose quote does not satisfy the rules of the
+// state's seal mode (it stated another mode, or the state changed mode
+// in between); allows records the modes asked.
+type modeRefused struct {
+	c      *Core
+	asked  []string
+	noFunc bool
+}
+
+func (p *modeRefused) FetchKey(_ context.Context, keyID [32]byte) (*FetchedKey, error) {
+	dek, _, ok := p.c.PeerKey(keyID)
+	if !ok {
+		return nil, errors.New("the peer does not hold this key")
+	}
+	if p.noFunc {
+		return &FetchedKey{DEK: dek}, nil
+	}
+	return &FetchedKey{DEK: dek, Allows: func(mode string) error {
+		p.asked = append(p.asked, mode)
+		return errors.New("the peer's quote does not satisfy this seal mode")
+	}}, nil
 }
 
 func (e *sharedEnv) instanceOn(sealer seal.KeySealer, id *seal.InstanceID, src KeySource) *Core {
@@ -186,5 +209,41 @@ func TestInstanceKeyFileOlderThanBlob(t *testing.T) {
 	}
 	if c := e.instanceOn(cpuA, idA, nil); c.Status() != StateRecovery {
 		t.Fatalf("older key file: state %d, want recovery", c.Status())
+	}
+}
+
+// TestFetchedKeyCheckedAgainstSealMode: a key from the KeySource is used
+// only if its giver passes the check for the opened state's own seal
+// mode: otherwise recovery mode, the key neither served to others nor
+// sealed into the key file; a source without the check is refused.
+func TestFetchedKeyCheckedAgainstSealMode(t *testing.T) {
+	cluster := etcdtest.Start(t, 1)
+	e := newSharedEnv(t, cluster)
+	a := e.instanceOn(cpu(t), newInstanceID(), nil)
+	if _, err := a.SetManifest(t.Context(), e.w.manifest(manifestOpts{})); err != nil {
+		t.Fatal(err)
+	}
+	before := e.keyFile()
+	src := &modeRefused{c: a}
+	b := e.instanceOn(cpu(t), newInstanceID(), src)
+	if b.Status() != StateRecovery {
+		t.Fatalf("a giver not allowed for the state's seal mode: state %d, want recovery", b.Status())
+	}
+	if len(src.asked) != 1 || src.asked[0] != a.snap.Load().manifest.Config.SealMode {
+		t.Fatalf("Allows asked for %q, want the state's seal mode once", src.asked)
+	}
+	id := seal.KeyID(a.dek)
+	if _, _, ok := b.PeerKey(id); ok {
+		t.Fatal("the refused key is served to other instances")
+	}
+	if len(e.keyFile().Entries) != len(before.Entries) {
+		t.Fatal("the refused key was sealed into the key file")
+	}
+	if c := e.instanceOn(cpu(t), newInstanceID(), &modeRefused{c: a, noFunc: true}); c.Status() != StateRecovery {
+		t.Fatalf("a key without Allows: state %d, want recovery", c.Status())
+	}
+	// The same giver with the check passing: joins (the control).
+	if d := e.instanceOn(cpu(t), newInstanceID(), &peerOf{c: a}); d.Status() != StateAcceptingMarbles {
+		t.Fatalf("control: state %d", d.Status())
 	}
 }

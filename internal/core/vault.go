@@ -91,6 +91,7 @@ type keyProblem struct {
 // keyFor reads the key file and unseals the data key bound to blob, or
 // says why it cannot.
 func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, *keyProblem) {
+	v.fetched = nil
 	raw, rev, err := v.loadKey(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, &keyProblem{"the sealed data key is missing", err}

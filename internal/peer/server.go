@@ -1,34 +1,25 @@
 package peer
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"time"
 
-	"github.com/quarry-cc/quarry/internal/attest/dcap"
+	"github.com/quarry-cc/quarry/internal/attest"
 	"github.com/quarry-cc/quarry/internal/attest/policy"
 	"github.com/quarry-cc/quarry/internal/attest/sgxquote"
-	"github.com/quarry-cc/quarry/internal/seal"
-	"github.com/quarry-cc/quarry/manifest"
 )
 
 // Keys gives the data key with a key ID and the seal mode of the state it
 // opens (core.Core.PeerKey).
 type Keys interface {
 	PeerKey(keyID [32]byte) (dek []byte, mode string, ok bool)
-}
-
-// Verifier verifies a DCAP quote (core.QuoteVerifier, dcap.Verifier).
-type Verifier interface {
-	Verify(ctx context.Context, quote []byte) (*dcap.Result, error)
 }
 
 // Result is one exchange the server had, for the caller's log.
@@ -41,10 +32,12 @@ type Result struct {
 
 // Server answers joining instances. Self is this instance's own enclave
 // (the report body of its own quote), nil without an enclave; Verifier
-// nil means no collateral source (every quote is refused).
+// nil means no collateral source (every quote is refused). Issuer makes
+// this instance's own quote for a joiner it accepted (needed with Self).
 type Server struct {
 	Keys        Keys
 	Verifier    Verifier
+	Issuer      attest.Issuer
 	Self        *sgxquote.ReportBody
 	Certificate tls.Certificate
 	// InsecureTrust gives the key to joiners without a quote when this
@@ -126,7 +119,13 @@ func (s *Server) serveConn(c *tls.Conn) {
 		res.Err = fmt.Errorf("%w: TLS handshake: %v", ErrBadRequest, err)
 		return
 	}
-	nonce := make([]byte, 32)
+	cs := c.ConnectionState()
+	exporter, err := Exporter(cs)
+	if err != nil {
+		res.Err = fmt.Errorf("%w: TLS exporter: %v", ErrBadRequest, err)
+		return
+	}
+	nonce := make([]byte, nonceSize)
 	rand.Read(nonce)
 	if err := writeMsg(c, hello{Version: ProtocolVersion, Nonce: nonce}); err != nil {
 		res.Err = err
@@ -139,80 +138,84 @@ func (s *Server) serveConn(c *tls.Conn) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	key, err := s.decide(ctx, c.ConnectionState().PeerCertificates[0], nonce, req, &res)
+	resp, err := s.decide(ctx, cs.PeerCertificates[0], exporter, nonce, req, &res)
 	if err != nil {
 		res.Err = err
 		writeMsg(c, response{Refused: codeOf(err), Reason: err.Error()})
 		return
 	}
-	writeMsg(c, response{Key: key})
+	if err := writeMsg(c, resp); err != nil {
+		res.Err = err
+	}
 }
 
-// decide checks a request and returns the key to give, or why not.
-func (s *Server) decide(ctx context.Context, cert *x509.Certificate, nonce []byte, req request, res *Result) ([]byte, error) {
+// decide checks a request and returns the answer with the key, or why
+// not.
+func (s *Server) decide(ctx context.Context, cert *x509.Certificate, exporter, nonce []byte, req request, res *Result) (response, error) {
+	if req.Version != ProtocolVersion {
+		return response{}, fmt.Errorf("%w: the joiner speaks protocol version %d, this instance %d (mutual attestation); run one Coordinator version on all instances", ErrVersion, req.Version, ProtocolVersion)
+	}
 	if len(req.KeyID) != len(res.KeyID) {
-		return nil, fmt.Errorf("%w: a key ID of %d bytes", ErrBadRequest, len(req.KeyID))
+		return response{}, fmt.Errorf("%w: a key ID of %d bytes", ErrBadRequest, len(req.KeyID))
+	}
+	if len(req.Nonce) != nonceSize {
+		return response{}, fmt.Errorf("%w: a nonce of %d bytes, want %d", ErrBadRequest, len(req.Nonce), nonceSize)
 	}
 	copy(res.KeyID[:], req.KeyID)
 	dek, mode, ok := s.Keys.PeerKey(res.KeyID)
 	if !ok {
-		return nil, fmt.Errorf("%w: no data key with ID %x here (recovery mode, or another state)", ErrNoKey, res.KeyID[:8])
+		return response{}, fmt.Errorf("%w: no data key with ID %x here (recovery mode, or another state)", ErrNoKey, res.KeyID[:8])
 	}
+	mode = PolicyMode(mode)
 	if s.Self == nil || len(req.Quote) == 0 {
 		if !s.InsecureTrust {
 			if s.Self == nil {
-				return nil, fmt.Errorf("%w: this instance runs without an enclave and cannot tell a joiner's identity", ErrSimulation)
+				return response{}, fmt.Errorf("%w: this instance runs without an enclave and cannot tell a joiner's identity", ErrSimulation)
 			}
-			return nil, fmt.Errorf("%w: the joiner sent no quote", ErrSimulation)
+			return response{}, fmt.Errorf("%w: the joiner sent no quote", ErrSimulation)
 		}
 		if s.Self != nil {
 			// An enclave never gives its key to a joiner without a quote.
-			return nil, fmt.Errorf("%w: the joiner sent no quote, and this instance runs in an enclave", ErrIdentity)
+			return response{}, fmt.Errorf("%w: the joiner sent no quote, and this instance runs in an enclave", ErrIdentity)
 		}
-		return dek, nil // simulation on both sides, explicitly trusted
+		// Simulation on this side, explicitly trusted: no quote to send.
+		return response{Key: dek, Mode: mode}, nil
 	}
 	if s.Verifier == nil {
-		return nil, fmt.Errorf("%w: this instance has no collateral source (--collateral-file or --pccs-url)", ErrUnverified)
+		return response{}, fmt.Errorf("%w: this instance has no collateral source (--collateral-file or --pccs-url)", ErrUnverified)
 	}
 	vr, err := s.Verifier.Verify(ctx, req.Quote)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnverified, err)
+		return response{}, fmt.Errorf("%w: %v", ErrUnverified, err)
 	}
-	rd := vr.Report.ReportData()
-	want := ReportData(cert, nonce, res.KeyID)
-	if !bytes.Equal(rd[:32], want[:32]) {
-		return nil, fmt.Errorf("%w: the quote's report data binds %x, the TLS key is %x", ErrBinding, rd[:8], want[:8])
-	}
-	if !bytes.Equal(rd[32:], want[32:]) {
-		return nil, ErrStale
+	if err := checkBinding(vr, JoinerReportData(cert, exporter, nonce, res.KeyID), ErrBinding, ErrStale); err != nil {
+		return response{}, err
 	}
 	if err := policy.Check(vr, samePackage(s.Self, mode)); err != nil {
-		return nil, fmt.Errorf("%w (seal mode %s): %v", ErrIdentity, modeName(mode), err)
+		return response{}, fmt.Errorf("%w (seal mode %s): %v", ErrIdentity, mode, err)
 	}
-	return dek, nil
+	// The joiner is the same enclave: quote this one for it.
+	leaf, err := leafOf(s.Certificate)
+	if err != nil {
+		return response{}, fmt.Errorf("%w: %v", ErrSelfQuote, err)
+	}
+	if s.Issuer == nil {
+		return response{}, fmt.Errorf("%w: no quote issuer", ErrSelfQuote)
+	}
+	quote, err := s.Issuer.Issue(ctx, PeerReportData(leaf, exporter, req.Nonce, res.KeyID, mode))
+	if err != nil {
+		return response{}, fmt.Errorf("%w: %v", ErrSelfQuote, err)
+	}
+	return response{Key: dek, Mode: mode, Quote: quote}, nil
 }
 
-func modeName(mode string) string {
-	if mode == seal.ModeUniqueKey {
-		return mode
+// leafOf returns the parsed leaf of a TLS certificate.
+func leafOf(c tls.Certificate) (*x509.Certificate, error) {
+	if c.Leaf != nil {
+		return c.Leaf, nil
 	}
-	return seal.ModeProductKey
-}
-
-// samePackage is the manifest package a joiner must satisfy: this
-// enclave's MRENCLAVE (UniqueKey), or its MRSIGNER and ProductID with an
-// ISVSVN at least its own (ProductKey, and any other mode); the debug
-// attribute as its own.
-func samePackage(self *sgxquote.ReportBody, mode string) manifest.Package {
-	pkg := manifest.Package{Debug: self.Debug()}
-	if mode == seal.ModeUniqueKey {
-		mr := self.MRENCLAVE()
-		pkg.UniqueID = hex.EncodeToString(mr[:])
-		return pkg
+	if len(c.Certificate) == 0 {
+		return nil, errors.New("no TLS certificate")
 	}
-	signer := self.MRSIGNER()
-	prod, svn := uint64(self.ISVProdID()), uint(self.ISVSVN())
-	pkg.SignerID = hex.EncodeToString(signer[:])
-	pkg.ProductID, pkg.SecurityVersion = &prod, &svn
-	return pkg
+	return x509.ParseCertificate(c.Certificate[0])
 }
