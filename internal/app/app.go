@@ -144,6 +144,7 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 		QuoteVerifier: verifier,
 
 		RecoveryTimeout:   a.cfg.RecoveryTimeout,
+		StoreTimeout:      a.cfg.Store.Timeout,
 		AllowQuoteFailure: a.cfg.DevMode,
 		SecretLimits:      secrets.Limits{MaxSecrets: a.cfg.MaxSecrets, MaxWork: a.cfg.MaxSecretGeneration},
 		// Every activation attempt is logged by the core itself.
@@ -244,7 +245,7 @@ func (a *App) Run(ctx context.Context) error {
 	go a.core.Follow(ctx) // with a shared store: follow the other instances
 	var fresh *freshness  // with a shared store: every handshake presents the newest state's certificates
 	if a.core.Shared() {
-		fresh = &freshness{s: a.core}
+		fresh = &freshness{s: a.core, timeout: a.cfg.Store.Timeout}
 	}
 	handler := rest.New(a.core, rest.Options{
 		MaxManifestBytes: a.cfg.MaxManifestBytes,

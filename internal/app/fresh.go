@@ -5,11 +5,9 @@ import (
 	"crypto/tls"
 	"sync"
 	"time"
-)
 
-// handshakeSyncTimeout bounds how long a TLS handshake waits for the
-// shared store before it presents the certificate this instance has.
-const handshakeSyncTimeout = 2 * time.Second
+	"github.com/quarry-cc/quarry/internal/core"
+)
 
 // syncer brings an instance up to the newest stored state (core.Core.Sync).
 type syncer interface {
@@ -24,6 +22,9 @@ type syncer interface {
 // anonymous connections cannot multiply the reads sent to etcd.
 type freshness struct {
 	s syncer
+	// timeout bounds one sync and a handshake's wait for it (the store
+	// timeout; 0: core.DefaultStoreTimeout).
+	timeout time.Duration
 
 	mu sync.Mutex // protects running and pending
 	// running is the sync under way; pending the one that starts when
@@ -72,7 +73,7 @@ func (f *freshness) sync(ctx context.Context) error {
 // run performs one sync with its own deadline (not a handshake's, which
 // others share) and publishes its result.
 func (f *freshness) run(r *syncRound) {
-	ctx, cancel := context.WithTimeout(context.Background(), handshakeSyncTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), f.wait())
 	r.err = f.s.Sync(ctx)
 	cancel()
 	f.mu.Lock()
@@ -92,11 +93,18 @@ func wait(ctx context.Context, r *syncRound) error {
 	}
 }
 
+func (f *freshness) wait() time.Duration {
+	if f.timeout <= 0 {
+		return core.DefaultStoreTimeout
+	}
+	return f.timeout
+}
+
 // freshCertificate wraps cert so that, with a shared store, every TLS
 // handshake first brings this instance up to the stored state: a handshake
 // that starts after a change was acknowledged by any instance presents the
 // certificates of that state or a newer one (docs/ha.md). When the store
-// does not answer within handshakeSyncTimeout the certificate this
+// does not answer within the store timeout the certificate this
 // instance has is presented; every request over the connection is then
 // checked again (syncing) and refused with 503 while the store is away.
 func freshCertificate(f *freshness, cert func() *tls.Certificate) func() *tls.Certificate {
@@ -104,7 +112,7 @@ func freshCertificate(f *freshness, cert func() *tls.Certificate) func() *tls.Ce
 		return cert
 	}
 	return func() *tls.Certificate {
-		ctx, cancel := context.WithTimeout(context.Background(), handshakeSyncTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), f.wait())
 		defer cancel()
 		f.sync(ctx) // an error: the store is away; see above
 		return cert()

@@ -164,7 +164,7 @@ func (a *App) syncing(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), a.cfg.Store.Timeout)
 		err := a.core.Sync(ctx)
 		cancel()
 		if err != nil {

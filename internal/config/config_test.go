@@ -37,7 +37,7 @@ func TestDefaults(t *testing.T) {
 		MaxSecretGeneration: 60 * time.Second,
 		ActivationEvents:    10_000,
 
-		Store: StoreConfig{Kind: "file", EtcdPrefix: "/quarry/"},
+		Store: StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: DefaultStoreTimeout},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)

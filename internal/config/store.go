@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Store backends.
@@ -20,6 +21,9 @@ const (
 	StoreEtcd = "etcd"
 	// DefaultEtcdPrefix is the default key prefix in etcd.
 	DefaultEtcdPrefix = "/quarry/"
+	// DefaultStoreTimeout bounds one step with etcd (a read, a write,
+	// the read-back of a write whose answer was lost).
+	DefaultStoreTimeout = 2 * time.Second
 )
 
 // StoreConfig says where the sealed state is kept.
@@ -43,12 +47,15 @@ type StoreConfig struct {
 	// PeerAdvertiseAddr is the address other instances dial to reach
 	// PeerAddr (registered under members/); empty: PeerAddr itself.
 	PeerAdvertiseAddr string
+	// Timeout bounds one step with etcd (store etcd): with etcd away or
+	// without quorum, requests get 503 within about this time.
+	Timeout time.Duration
 }
 
 // storeFlags are the store settings as given, before they are checked.
 type storeFlags struct {
 	kind, endpoints, prefix, ca, cert, key, peerTrust string
-	peerAddr, peerAdvertise                           string
+	peerAddr, peerAdvertise, timeout                  string
 	set                                               map[string]bool
 }
 
@@ -74,6 +81,8 @@ func registerStore(fs *flag.FlagSet, env func(name, def string) string) *storeFl
 		"with store etcd, listen address of the peer key server, through which instances on other CPUs obtain the data key after attestation, e.g. :2003; empty: none (docs/ha.md) [QUARRY_PEER_ADDR]")
 	fs.StringVar(&f.peerAdvertise, "peer-advertise-addr", env("QUARRY_PEER_ADVERTISE_ADDR", ""),
 		"host:port at which other instances reach --peer-addr (e.g. the pod IP); empty: --peer-addr itself, which then needs a host [QUARRY_PEER_ADVERTISE_ADDR]")
+	fs.StringVar(&f.timeout, "store-timeout", env("QUARRY_STORE_TIMEOUT", DefaultStoreTimeout.String()),
+		"with store etcd, how long one step with etcd may take (a read, a write, the read-back of a write whose answer was lost) before the request is answered 503, e.g. 2s; 100ms to 1m (docs/ha.md) [QUARRY_STORE_TIMEOUT]")
 	return f
 }
 
@@ -94,6 +103,11 @@ func (f *storeFlags) apply(c *Config) []error {
 	var err error
 	if s.InsecurePeerTrust, err = parseBool("insecure-peer-trust", "QUARRY_INSECURE_PEER_TRUST", f.peerTrust); err != nil {
 		errs = append(errs, err)
+	}
+	if d, err := time.ParseDuration(strings.TrimSpace(f.timeout)); err != nil || d < 100*time.Millisecond || d > time.Minute {
+		errs = append(errs, fmt.Errorf("store-timeout [QUARRY_STORE_TIMEOUT]: %q is not a duration between 100ms and 1m, such as 2s", f.timeout))
+	} else {
+		s.Timeout = d
 	}
 	c.Store = s
 	return append(errs, s.validate()...)

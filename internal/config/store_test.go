@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestStoreSettings(t *testing.T) {
@@ -23,7 +24,7 @@ func TestStoreSettings(t *testing.T) {
 		args []string
 		want StoreConfig
 	}{
-		{"default", nil, nil, StoreConfig{Kind: "file", EtcdPrefix: "/quarry/"}},
+		{"default", nil, nil, StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: 2 * time.Second}},
 		{"environment", map[string]string{
 			"QUARRY_STORE":               "etcd",
 			"QUARRY_ETCD_ENDPOINTS":      "http://127.0.0.1:2379, https://etcd-1:2379/",
@@ -32,11 +33,12 @@ func TestStoreSettings(t *testing.T) {
 			"QUARRY_ETCD_CERT":           cert,
 			"QUARRY_ETCD_KEY":            key,
 			"QUARRY_INSECURE_PEER_TRUST": "1",
+			"QUARRY_STORE_TIMEOUT":       "750ms",
 		}, nil, StoreConfig{Kind: "etcd", EtcdEndpoints: []string{"http://127.0.0.1:2379", "https://etcd-1:2379/"},
-			EtcdPrefix: "/prod/", EtcdCA: ca, EtcdCert: cert, EtcdKey: key, InsecurePeerTrust: true}},
+			EtcdPrefix: "/prod/", EtcdCA: ca, EtcdCert: cert, EtcdKey: key, InsecurePeerTrust: true, Timeout: 750 * time.Millisecond}},
 		{"flags win", map[string]string{"QUARRY_STORE": "file", "QUARRY_ETCD_PREFIX": "/env/"},
-			[]string{"--store", "ETCD", "--etcd-endpoints", "http://a:1", "--etcd-prefix", "/flag/", "--insecure-peer-trust"},
-			StoreConfig{Kind: "etcd", EtcdEndpoints: []string{"http://a:1"}, EtcdPrefix: "/flag/", InsecurePeerTrust: true}},
+			[]string{"--store", "ETCD", "--etcd-endpoints", "http://a:1", "--etcd-prefix", "/flag/", "--insecure-peer-trust", "--store-timeout", "5s"},
+			StoreConfig{Kind: "etcd", EtcdEndpoints: []string{"http://a:1"}, EtcdPrefix: "/flag/", InsecurePeerTrust: true, Timeout: 5 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Load(envOf(tc.env), tc.args, &bytes.Buffer{})
@@ -77,6 +79,9 @@ func TestStoreInvalid(t *testing.T) {
 		{"missing key", map[string]string{"QUARRY_ETCD_CERT": file, "QUARRY_ETCD_KEY": "/nonexistent/k.pem"}, etcd, "etcd-key [QUARRY_ETCD_KEY]"},
 		{"etcd settings with the file store", map[string]string{"QUARRY_ETCD_ENDPOINTS": "http://a:1"}, nil, "etcd settings are given but the store is file"},
 		{"bad peer trust switch", map[string]string{"QUARRY_INSECURE_PEER_TRUST": "yes"}, nil, "insecure-peer-trust [QUARRY_INSECURE_PEER_TRUST]"},
+		{"store timeout not a duration", map[string]string{"QUARRY_STORE_TIMEOUT": "2"}, etcd, "store-timeout [QUARRY_STORE_TIMEOUT]"},
+		{"store timeout too short", nil, append(etcd, "--store-timeout", "10ms"), "between 100ms and 1m"},
+		{"store timeout too long", nil, append(etcd, "--store-timeout", "2m"), "between 100ms and 1m"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load(envOf(tc.env), tc.args, &bytes.Buffer{})

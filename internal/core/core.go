@@ -78,6 +78,11 @@ type Options struct {
 	// LogSegments returns the store of update log segment n (beside Data;
 	// logstore.go). Nil keeps the whole log in the sealed state.
 	LogSegments func(n uint64) (store.Store, error)
+	// StoreTimeout bounds each step with a shared store (a write, the
+	// read-back of a write whose outcome is unknown, the wait for the
+	// state lock in Sync): with the store away, answers come within it
+	// (0: DefaultStoreTimeout).
+	StoreTimeout time.Duration
 	// Rand and Now default to crypto/rand and time.Now.
 	Rand io.Reader
 	Now  func() time.Time
@@ -90,8 +95,8 @@ type Core struct {
 	opts Options
 	log  *slog.Logger
 
-	mu    sync.Mutex // serialises state transactions
-	vault vault      // the stored pair of sealed state and key file
+	mu    stateLock // serialises state transactions (lock.go)
+	vault vault     // the stored pair of sealed state and key file
 	// dek is the data key of the current state (kept in memory with
 	// SealMode Disabled too, so that turning sealing on later uses the key
 	// the recovery secrets were made for); nil until known.
@@ -118,6 +123,11 @@ type Core struct {
 	sealedSize atomic.Int64
 
 	snap atomic.Pointer[snapshot]
+	// clean holds the revisions of the sealed state and key file at which
+	// Sync last found the published snapshot to be the stored state (nil:
+	// unknown). Sync, while a change of this instance holds mu, answers
+	// "fresh" without waiting when the store still has these revisions.
+	clean atomic.Pointer[[2]store.Revision]
 	// logs reads and writes the update log's segments.
 	logs logStore
 }
@@ -196,6 +206,9 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	if opts.Rand == nil {
 		opts.Rand = rand.Reader
 	}
+	if opts.StoreTimeout <= 0 {
+		opts.StoreTimeout = DefaultStoreTimeout
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -214,7 +227,7 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	c := &Core{opts: opts, log: opts.Logger}
 	c.events.limit = opts.ActivationEvents
 	c.logs.segments = opts.LogSegments
-	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger}
+	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger, storeTimeout: opts.StoreTimeout}
 	c.vault.instance, c.vault.source = opts.InstanceID, opts.KeySource
 	snap, err := c.load(ctx)
 	if err != nil {

@@ -30,6 +30,14 @@ type sharedStore interface {
 	Revisions(ctx context.Context, other store.Store) (store.Revision, store.Revision, error)
 }
 
+// historyStore is the capability of a shared store to tell which write
+// followed a revision (etcdstore.Store.FirstWriteAfter): after a lost
+// reply it decides whether this instance's write landed, even when another
+// instance has written on top of it since.
+type historyStore interface {
+	FirstWriteAfter(ctx context.Context, after store.Revision) ([]byte, error)
+}
+
 // changeNotifier is the capability of a shared store to say when another
 // instance may have changed it.
 type changeNotifier interface {
@@ -40,9 +48,9 @@ type changeNotifier interface {
 // a compare-and-swap to another instance.
 const maxConflictRetries = 16
 
-// readBackTimeout bounds how long a commit whose outcome is unknown waits
-// for the store to tell whether it landed.
-const readBackTimeout = 15 * time.Second
+// DefaultStoreTimeout is Options.StoreTimeout's default: how long one step
+// with a shared store may take before the request is answered 503.
+const DefaultStoreTimeout = 2 * time.Second
 
 // Shared reports whether the state is shared with other instances.
 func (c *Core) Shared() bool { return c.vault.shared() != nil }
@@ -81,10 +89,16 @@ var errSharedRead = errors.New("the shared store cannot be read")
 // binding): landed → nil, as if nothing had failed; not landed → an
 // error, nothing changed; unknown → an error, and the next request reloads
 // whatever is stored (a repeated swap on the old revisions conflicts when
-// the write landed, so nothing is applied twice).
+// the write landed, so nothing is applied twice). When another instance
+// has written since, what is stored now says nothing about this write: the
+// store's history decides (the first write after the revision this one
+// was based on is either this one, which then landed, or another, which
+// made this swap fail). Every failure wraps ErrUnavailable (503, Retry-After).
 func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, dek []byte, mode string) error {
 	binding := seal.Binding(blob)
-	rev, err := s.SavePair(ctx, blob, v.dataRev, v.key, keyFile, v.keyRev)
+	wctx, wcancel := context.WithTimeout(ctx, v.storeTimeout)
+	rev, err := s.SavePair(wctx, blob, v.dataRev, v.key, keyFile, v.keyRev)
+	wcancel()
 	if err == nil {
 		v.dataRev, v.keyRev = rev, rev
 		v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
@@ -94,7 +108,7 @@ func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, 
 	if errors.Is(err, store.ErrConflict) {
 		return fmt.Errorf("storing sealed state: %w", err)
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.storeTimeout)
 	defer cancel()
 	for {
 		got, grev, _, krev, rerr := s.LoadPair(rctx, v.key)
@@ -107,20 +121,53 @@ func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, 
 				return nil
 			}
 			if grev == v.dataRev && krev == v.keyRev {
-				return fmt.Errorf("storing sealed state: %w (nothing was changed)", err)
+				return fmt.Errorf("%w: storing sealed state: %w (nothing was changed)", ErrUnavailable, err)
 			}
-			// Someone else's state: it did not land; the next request
-			// follows the newer state.
+			// Another instance wrote since: the next request follows
+			// the newer state whatever happened to this write.
 			v.unsure = true
-			return fmt.Errorf("storing sealed state: %w (nothing was changed; another instance changed the state)", err)
+			landed, herr := v.landedBefore(rctx, s, binding)
+			switch {
+			case herr != nil:
+				return fmt.Errorf("%w: storing sealed state: %w; whether it was stored is unknown (another instance changed the state since, and the store's history does not tell: %v)", ErrUnavailable, err, herr)
+			case landed:
+				// Stored, and another instance built on it: the answer
+				// is success; the next request reloads the newer state.
+				v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
+				v.committed(keyFile, dek, mode)
+				v.log.Warn("the store reported an error, but its history shows the change was stored (another instance has changed the state since)", "error", err.Error())
+				return nil
+			}
+			return fmt.Errorf("%w: storing sealed state: %w (nothing was changed; another instance changed the state first)", ErrUnavailable, err)
 		}
 		select {
 		case <-rctx.Done():
 			v.unsure = true
-			return fmt.Errorf("storing sealed state: %w; whether it was stored is unknown (the store cannot be read back: %v)", err, rerr)
+			return fmt.Errorf("%w: storing sealed state: %w; whether it was stored is unknown (the store cannot be read back: %v)", ErrUnavailable, err, rerr)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// landedBefore reports whether the write of the blob with binding was the
+// first change of the stored state after the revision it was based on
+// (the vault's dataRev), from the store's history.
+func (v *vault) landedBefore(ctx context.Context, s sharedStore, binding [32]byte) (bool, error) {
+	h, ok := s.(historyStore)
+	if !ok {
+		return false, errors.New("the store keeps no history")
+	}
+	if v.dataRev == "" {
+		return false, errors.New("the write was the first one (no revision to look after)")
+	}
+	first, err := h.FirstWriteAfter(ctx, v.dataRev)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil // the state did not change since (only the key file did)
+	}
+	if err != nil {
+		return false, err
+	}
+	return first != nil && seal.Binding(first) == binding, nil
 }
 
 // Sync makes sure that the state served is the newest stored one: with a
@@ -133,16 +180,38 @@ func (c *Core) Sync(ctx context.Context) error {
 	if s == nil {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.StoreTimeout)
+	defer cancel()
 	drev, krev, err := s.Revisions(ctx, c.vault.key)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	c.mu.Lock()
+	if !c.mu.TryLock() {
+		// A change of this instance is under way. If the store still
+		// holds the state this instance last confirmed it serves, that
+		// state is the newest: no need to wait for the change.
+		if cl := c.clean.Load(); cl != nil && cl[0] == drev && cl[1] == krev {
+			return nil
+		}
+		// Otherwise wait for it, no longer than the deadline: the write
+		// itself is bounded, but a request must not stall on it.
+		if err := c.mu.LockContext(ctx); err != nil {
+			return fmt.Errorf("%w: another change of this instance is still being stored: %w", ErrUnavailable, err)
+		}
+	}
 	defer c.mu.Unlock()
 	if !c.vault.unsure && drev == c.vault.dataRev && krev == c.vault.keyRev {
+		c.clean.Store(&[2]store.Revision{drev, krev})
 		return nil
 	}
-	return c.reload(ctx)
+	c.clean.Store(nil)
+	if err := c.reload(ctx); err != nil {
+		return err
+	}
+	if !c.vault.unsure {
+		c.clean.Store(&[2]store.Revision{c.vault.dataRev, c.vault.keyRev})
+	}
+	return nil
 }
 
 // refresh reloads the stored state (after a lost compare-and-swap).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/store"
@@ -27,6 +28,8 @@ type vault struct {
 	data, key store.Store
 	sealer    seal.KeySealer
 	log       *slog.Logger
+	// storeTimeout bounds a shared store's write and its read-back.
+	storeTimeout time.Duration
 
 	dataRev, keyRev store.Revision
 	// disk is the blob the data store holds and the data key that opens it

@@ -282,7 +282,7 @@ func (s *Server) statusOf(ctx context.Context, err error) error {
 	code := codeOf(err)
 	if code == codes.Unavailable {
 		s.log.Warn("marble activation refused: the shared state store is unavailable", "error", err.Error())
-		return status.Error(code, "the Coordinator cannot reach its state store; nothing was stored; activate again")
+		return status.Error(code, "the Coordinator cannot reach its state store; activate again")
 	}
 	var ae *core.ActivationError
 	if errors.As(err, &ae) || code != codes.Internal {
@@ -311,7 +311,7 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, core.ErrNotFound):
 		return codes.NotFound
 	case errors.Is(err, core.ErrUnavailable):
-		// The shared store cannot be reached: nothing was stored, and
+		// The shared store cannot be reached (the outcome may be unknown), and
 		// the Marble may activate again (here or on another instance).
 		return codes.Unavailable
 	}

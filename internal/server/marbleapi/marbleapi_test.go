@@ -423,5 +423,5 @@ func TestEveryCoreClassHasACode(t *testing.T) {
 	}}
 	ts := startServer(t, fake, Options{})
 	_, err := activate(context.Background(), dial(t, ts.addr, selfSigned(t, "m", false)))
-	expectStatus(t, err, codes.Unavailable, "the Coordinator cannot reach its state store; nothing was stored; activate again")
+	expectStatus(t, err, codes.Unavailable, "the Coordinator cannot reach its state store; activate again")
 }

@@ -32,7 +32,7 @@ var (
 
 // msgStoreUnavailable is the message of a request refused because the
 // shared store cannot be reached (core.ErrUnavailable).
-const msgStoreUnavailable = "the Coordinator cannot reach its state store (etcd); nothing was changed; try again or another instance"
+const msgStoreUnavailable = "the Coordinator cannot reach its state store (etcd); try again, here or at another instance (a retry runs against the stored state, so nothing is applied twice)"
 
 // bodyError is a problem with the request body or query (400, or 413 when
 // the body is too large).

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/store/etcdstore"
@@ -321,5 +324,45 @@ func TestBlobTooLarge(t *testing.T) {
 	}
 	if _, _, err := s.Load(t.Context()); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Load: %v, want ErrNotFound", err)
+	}
+}
+
+// TestFirstWriteAfter: etcd's history names the write that landed on a
+// revision, even after later writes replaced it; nothing written since is
+// ErrNotFound; compacted history is ErrHistoryGone.
+func TestFirstWriteAfter(t *testing.T) {
+	cluster := etcdtest.Start(t, 1)
+	cli := connect(t, cluster.Endpoints(), "/history/")
+	s := newStore(t, cli, "sealed_data")
+	rev1, err := s.Save(t.Context(), []byte("one"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FirstWriteAfter(t.Context(), rev1); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("nothing written since: %v, want ErrNotFound", err)
+	}
+	rev2, err := s.Save(t.Context(), []byte("two"), rev1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(t.Context(), []byte("three"), rev2); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.FirstWriteAfter(t.Context(), rev1)
+	if err != nil || string(got) != "two" {
+		t.Fatalf("first write after %s = %q, %v; want two", rev1, got, err)
+	}
+	// Compact past rev2: the history is gone.
+	raw, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	n, _ := strconv.ParseInt(string(rev2), 10, 64)
+	if _, err := raw.Compact(t.Context(), n+1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FirstWriteAfter(t.Context(), rev1); !errors.Is(err, etcdstore.ErrHistoryGone) {
+		t.Fatalf("after compaction: %v, want ErrHistoryGone", err)
 	}
 }

@@ -138,3 +138,49 @@ func (s *Store) Changes(ctx context.Context) <-chan struct{} {
 	}()
 	return ch
 }
+
+// ErrHistoryGone is returned by FirstWriteAfter when etcd no longer holds
+// the history asked for (it was compacted).
+var ErrHistoryGone = errors.New("etcdstore: the history asked for was compacted")
+
+// FirstWriteAfter returns the value written by the first change of s after
+// revision after (a revision this store gave), from etcd's history: of
+// several compare-and-swaps on the same revision, it is the one that
+// landed, even when later writes replaced it. A deletion gives a nil value
+// and no error. It returns store.ErrNotFound when s did not change since
+// after, and ErrHistoryGone when etcd compacted that history.
+func (s *Store) FirstWriteAfter(ctx context.Context, after store.Revision) ([]byte, error) {
+	n, ok := parseRev(after)
+	if !ok {
+		return nil, fmt.Errorf("etcdstore: history after revision %q: not a revision of this store", after)
+	}
+	// A linearizable read first: if nothing changed since, the watch
+	// below would wait for a future change.
+	resp, err := s.c.cli.Get(ctx, s.key, clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: history of %s: %w", s.key, err)
+	}
+	if len(resp.Kvs) == 1 && resp.Kvs[0].ModRevision == n {
+		return nil, store.ErrNotFound
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range s.c.cli.Watch(wctx, s.key, clientv3.WithRev(n+1)) {
+		if wr.CompactRevision != 0 {
+			return nil, fmt.Errorf("%w (etcd keeps revisions from %d on, asked after %d)", ErrHistoryGone, wr.CompactRevision, n)
+		}
+		if err := wr.Err(); err != nil {
+			return nil, fmt.Errorf("etcdstore: history of %s: %w", s.key, err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return nil, nil
+			}
+			return append([]byte{}, ev.Kv.Value...), nil
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("etcdstore: history of %s: %w", s.key, err)
+	}
+	return nil, fmt.Errorf("etcdstore: history of %s: the watch ended", s.key)
+}

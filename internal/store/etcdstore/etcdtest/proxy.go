@@ -15,6 +15,9 @@ type Proxy struct {
 	target string
 	// dropRequests / dropReplies swallow the bytes of that direction.
 	dropRequests, dropReplies atomic.Bool
+	// dropAfter, when positive, makes the proxy drop replies (as
+	// DropReplies) from the first request chunk of at least that many bytes on.
+	dropAfter atomic.Int64
 	// requestBytes / replyBytes count what was forwarded each way.
 	requestBytes, replyBytes atomic.Int64
 
@@ -47,6 +50,13 @@ func (p *Proxy) DropRequests(on bool) { p.dropRequests.Store(on) }
 // etcd, its answer never reaches the client).
 func (p *Proxy) DropReplies(on bool) { p.dropReplies.Store(on) }
 
+// DropRepliesAfterRequestOf makes the proxy forward everything until a
+// client sends a chunk of at least n bytes (a large write), which still
+// reaches etcd; from then on it drops etcd's replies, as DropReplies(true):
+// a test loses the answer of exactly that write while the small reads
+// before it went through.
+func (p *Proxy) DropRepliesAfterRequestOf(n int64) { p.dropAfter.Store(n) }
+
 // Cut closes every open connection (clients reconnect).
 func (p *Proxy) Cut() {
 	p.mu.Lock()
@@ -71,8 +81,8 @@ func (p *Proxy) serve() {
 		p.mu.Lock()
 		p.conns = append(p.conns, in, out)
 		p.mu.Unlock()
-		go p.pipe(out, in, &p.dropRequests, &p.requestBytes)
-		go p.pipe(in, out, &p.dropReplies, &p.replyBytes)
+		go p.pipe(out, in, &p.dropRequests, &p.requestBytes, true)
+		go p.pipe(in, out, &p.dropReplies, &p.replyBytes, false)
 	}
 }
 
@@ -82,12 +92,18 @@ func (p *Proxy) Bytes() (requests, replies int64) {
 	return p.requestBytes.Load(), p.replyBytes.Load()
 }
 
-func (p *Proxy) pipe(dst, src net.Conn, drop *atomic.Bool, count *atomic.Int64) {
+func (p *Proxy) pipe(dst, src net.Conn, drop *atomic.Bool, count *atomic.Int64, requests bool) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if requests && n > 0 {
+			if after := p.dropAfter.Load(); after > 0 && int64(n) >= after {
+				p.dropAfter.Store(0)
+				p.dropReplies.Store(true)
+			}
+		}
 		if n > 0 && !drop.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
