@@ -56,8 +56,14 @@ func newPin(root *x509.Certificate, sum []byte) (*pin, error) {
 	return nil, nil
 }
 
-// checkRoot checks that c can be a Coordinator root: a self-signed CA
-// certificate that is not a Marble Root.
+// CheckCoordinatorRoot checks that c can pin the Coordinator
+// (Options.CoordinatorRoot): a self-signed CA certificate that is not a
+// Marble Root or intermediate (ErrMarbleRootPin).
+func CheckCoordinatorRoot(c *x509.Certificate) error {
+	return checkRoot(c)
+}
+
+// checkRoot implements CheckCoordinatorRoot.
 func checkRoot(c *x509.Certificate) error {
 	if c.Subject.CommonName == marbleRootCommonName {
 		return fmt.Errorf("the certificate (CN %q) is a Marble Root or the Coordinator's intermediate: %w", c.Subject.CommonName, ErrMarbleRootPin)
