@@ -23,9 +23,9 @@
 // client certificate, so the request cannot be relayed. docs/trust.md
 // describes what each mode trusts.
 //
-// (*Parameters).WriteFiles never follows a symbolic link, refuses ".."
-// and writes absolute paths only beneath declared file roots: every one
-// for a pinned Marble by default, none for an unpinned one.
+// (*Parameters).WriteFiles never follows a symbolic link, refuses "..",
+// and writes absolute paths only beneath the file roots: by default "/"
+// (every absolute path) for a pinned Marble and none for an unpinned one.
 //
 // The package does not log; every failure is a returned error.
 package marble
