@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,28 +63,69 @@ type Options struct {
 	// ErrUnsupported, means simulation: the quote is empty. Any other
 	// Issuer failure fails Activate.
 	Issuer Issuer
-	// RootCAs, if not nil, pins the Coordinator: its TLS certificate must
-	// chain to one of these roots (for Quarry and MarbleRun, the Marble
-	// Root, MARBLE_PREDEFINED_ROOT_CA of an earlier activation). Host names
-	// are not checked. nil (the default, as MarbleRun's premain) accepts
-	// any certificate.
+	// CoordinatorRoot, if not nil, pins the Coordinator (docs/trust.md):
+	// the Coordinator root certificate, which stays the same through
+	// package and full updates and recovery. A Marble gets it in
+	// MARBLE_PREDEFINED_COORDINATOR_ROOT_CA; operators get it as the last
+	// certificate of GET /api/v2/quote, verified through the Coordinator's
+	// quote. The server must prove in the TLS handshake that it holds a
+	// key the root certified as the Coordinator's CA (its intermediate);
+	// a Marble certificate or a certificate secret, whoever holds it,
+	// cannot. Host names are not checked. A Marble Root is refused
+	// (ErrMarbleRootPin).
+	//
+	// With neither CoordinatorRoot nor CoordinatorRootSHA256 (the default,
+	// as MarbleRun's premain) the Marble accepts whoever answers at
+	// CoordinatorAddr: its certificate, Files, Env and Argv.
+	CoordinatorRoot *x509.Certificate
+	// CoordinatorRootSHA256, if not nil, pins the Coordinator by the
+	// SHA-256 of its root certificate (DER) instead (ParseFingerprint
+	// reads the usual notations); the server presents the root with its
+	// chain. Set at most one of the two.
+	CoordinatorRootSHA256 []byte
+	// FileRoots are the directories (absolute paths) under which the
+	// Parameters' WriteFiles writes files with absolute paths; relative
+	// paths are always written beneath the working directory. If empty,
+	// Activate with a pin allows every absolute path ("/", as MarbleRun's
+	// premain), and without a pin none. See (*Parameters).WriteFiles.
+	FileRoots []string
+	// RootCAs once pinned the Coordinator to the Marble Root, which is no
+	// proof of identity (every Marble certificate and certificate secret
+	// chains to it) and which changes with every package update.
+	//
+	// Deprecated: Activate refuses Options with RootCAs set
+	// (ErrMarbleRootPin); set CoordinatorRoot to the Coordinator root
+	// (MARBLE_PREDEFINED_COORDINATOR_ROOT_CA) instead.
 	RootCAs *x509.CertPool
 	// Attempts bounds how often the activation is tried while the
 	// Coordinator is unreachable (gRPC Unavailable, DeadlineExceeded), not
-	// yet ready for Marbles (FailedPrecondition), or asks for a new attempt
-	// because its state changed during the activation (Aborted); default 10. 1 tries once,
-	// as MarbleRun's premain does. Refusals end Activate at once.
+	// yet ready for Marbles (FailedPrecondition), asks for a new attempt
+	// because its state changed during the activation (Aborted), or, for a
+	// pinned Marble, does not prove to be the pinned Coordinator
+	// (ErrNotCoordinator: a Coordinator in recovery mode presents a
+	// temporary root until it is recovered); default 10. 1 tries once, as
+	// MarbleRun's premain does. Refusals end Activate at once.
 	Attempts int
 	// RetryDelay is the wait after the first failed attempt; it doubles
 	// after each further one, up to MaxRetryDelay. Default one second.
 	RetryDelay time.Duration
 }
 
-// withDefaults returns o with defaults filled in, or an error for invalid
-// settings.
-func (o Options) withDefaults() (Options, error) {
+// withDefaults returns o with defaults filled in and its pin, or an error
+// for invalid settings.
+func (o Options) withDefaults() (Options, *pin, error) {
 	if o.MarbleType == "" {
-		return o, errNoMarbleType
+		return o, nil, errNoMarbleType
+	}
+	if o.RootCAs != nil {
+		return o, nil, fmt.Errorf("marble: Options.RootCAs is no longer supported; it pinned the Marble Root, which every Marble certificate and certificate secret chains to: %w", ErrMarbleRootPin)
+	}
+	p, err := newPin(o.CoordinatorRoot, o.CoordinatorRootSHA256)
+	if err != nil {
+		return o, nil, err
+	}
+	if err := checkFileRoots(o.FileRoots); err != nil {
+		return o, nil, fmt.Errorf("marble: Options.FileRoots: %w", err)
 	}
 	if o.CoordinatorAddr == "" {
 		o.CoordinatorAddr = DefaultCoordinatorAddr
@@ -96,17 +138,17 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	switch {
 	case o.Attempts < 0:
-		return o, fmt.Errorf("marble: negative number of attempts %d", o.Attempts)
+		return o, nil, fmt.Errorf("marble: negative number of attempts %d", o.Attempts)
 	case o.Attempts == 0:
 		o.Attempts = DefaultAttempts
 	}
 	switch {
 	case o.RetryDelay < 0:
-		return o, fmt.Errorf("marble: negative retry delay %s", o.RetryDelay)
+		return o, nil, fmt.Errorf("marble: negative retry delay %s", o.RetryDelay)
 	case o.RetryDelay == 0:
 		o.RetryDelay = DefaultRetryDelay
 	}
-	return o, nil
+	return o, p, nil
 }
 
 // Activate activates the Marble at the Coordinator and returns its
@@ -116,9 +158,13 @@ func (o Options) withDefaults() (Options, error) {
 // repeated while the Coordinator is unreachable or not yet ready, up to
 // Options.Attempts times with a growing delay, and never beyond ctx. A
 // refusal returns at once. Errors from the Coordinator match
-// *CoordinatorError (errors.As) and carry its gRPC code and message.
+// *CoordinatorError (errors.As) and carry its gRPC code and message; a
+// server that is not the pinned Coordinator matches ErrNotCoordinator.
+//
+// The Parameters' FileRoots are Options.FileRoots, or, if that is empty,
+// "/" when the Coordinator is pinned and none otherwise.
 func Activate(ctx context.Context, opts Options) (*Parameters, error) {
-	opts, err := opts.withDefaults()
+	opts, pin, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -151,12 +197,16 @@ func Activate(ctx context.Context, opts Options) (*Parameters, error) {
 
 	delay := opts.RetryDelay
 	for attempt := 1; ; attempt++ {
-		params, err := activateOnce(ctx, opts, clientCert, req)
+		params, err := activateOnce(ctx, opts, pin, clientCert, req)
 		if err == nil {
+			params.FileRoots = slices.Clone(opts.FileRoots)
+			if len(params.FileRoots) == 0 && pin != nil {
+				params.FileRoots = []string{"/"}
+			}
 			return params, nil
 		}
 		var ce *CoordinatorError
-		retry := errors.As(err, &ce) && retryable(ce.Code) && ctx.Err() == nil
+		retry := (errors.As(err, &ce) && retryable(ce.Code) || errors.Is(err, ErrNotCoordinator)) && ctx.Err() == nil
 		if !retry {
 			return nil, fmt.Errorf("marble: activating %q at %s: %w", opts.MarbleType, opts.CoordinatorAddr, err)
 		}
@@ -206,20 +256,20 @@ func issueQuote(ctx context.Context, is Issuer, certDER []byte) ([]byte, error) 
 }
 
 // activateOnce makes one connection to the Coordinator and sends req.
-func activateOnce(ctx context.Context, opts Options, clientCert tls.Certificate, req *marblepb.ActivationReq) (*Parameters, error) {
+func activateOnce(ctx context.Context, opts Options, pin *pin, clientCert tls.Certificate, req *marblepb.ActivationReq) (*Parameters, error) {
 	// The Coordinator's certificate is checked (if pinned) in
 	// VerifyConnection, which records a failure so that it is reported as
-	// such instead of as an unreachable Coordinator.
+	// such instead of as an unreachable Coordinator. The handshake fails
+	// before the request is sent.
 	var verify verifyResult
 	cfg := &tls.Config{
 		Certificates:       []tls.Certificate{clientCert},
-		InsecureSkipVerify: true, // verified below if pinned; else through the parameters (package doc)
+		InsecureSkipVerify: true, // the chain is checked below against the pin; unpinned, nothing is (package doc)
 		MinVersion:         tls.VersionTLS12,
 	}
-	if opts.RootCAs != nil {
-		roots := opts.RootCAs
+	if pin != nil {
 		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			if err := verifyCoordinator(roots, cs.PeerCertificates); err != nil {
+			if err := pin.verify(cs.PeerCertificates); err != nil {
 				verify.set(err)
 				return err
 			}
@@ -240,7 +290,7 @@ func activateOnce(ctx context.Context, opts Options, clientCert tls.Certificate,
 	if err != nil {
 		// The handshake ran in this attempt and has ended with the RPC.
 		if verr := verify.get(); verr != nil {
-			return nil, fmt.Errorf("the Coordinator's certificate: %w", verr)
+			return nil, verr
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -268,22 +318,4 @@ func (v *verifyResult) get() error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.err
-}
-
-// verifyCoordinator checks that the Coordinator's certificate chains to one
-// of roots; further certificates it presented may serve as intermediates.
-func verifyCoordinator(roots *x509.CertPool, chain []*x509.Certificate) error {
-	if len(chain) == 0 {
-		return errors.New("no certificate presented")
-	}
-	inter := x509.NewCertPool()
-	for _, c := range chain[1:] {
-		inter.AddCert(c)
-	}
-	_, err := chain[0].Verify(x509.VerifyOptions{
-		Roots:         roots,
-		Intermediates: inter,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	})
-	return err
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
-	"crypto/x509"
 	"errors"
 	"net"
 	"os"
@@ -367,37 +366,6 @@ func TestActivateCancelled(t *testing.T) {
 	if time.Since(start) > 10*time.Second {
 		t.Error("Activate did not end with its context")
 	}
-}
-
-func TestActivatePinnedCoordinator(t *testing.T) {
-	coord := marbletest.New(t, answer(t, &marblepb.Parameters{}))
-	t.Run("its root", func(t *testing.T) {
-		opts := options(t, coord)
-		opts.RootCAs = x509.NewCertPool()
-		opts.RootCAs.AddCert(coord.Cert)
-		if _, err := marble.Activate(context.Background(), opts); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Run("another root", func(t *testing.T) {
-		other := marbletest.New(t, answer(t, &marblepb.Parameters{}))
-		opts := options(t, coord)
-		opts.RootCAs = x509.NewCertPool()
-		opts.RootCAs.AddCert(other.Cert)
-		before := len(coord.Requests())
-		_, err := marble.Activate(context.Background(), opts)
-		var uae x509.UnknownAuthorityError
-		if !errors.As(err, &uae) {
-			t.Fatalf("err = %v, want x509.UnknownAuthorityError", err)
-		}
-		var ce *marble.CoordinatorError
-		if errors.As(err, &ce) {
-			t.Errorf("err = %v: a wrong certificate is no answer of the Coordinator", err)
-		}
-		if n := len(coord.Requests()); n != before {
-			t.Errorf("%d requests reached an unverified Coordinator", n-before)
-		}
-	})
 }
 
 func TestActivateLargeResponse(t *testing.T) {

@@ -11,14 +11,21 @@
 // applied with (*Parameters).Apply, or piecewise with WriteFiles, Environ and
 // Args when the caller execs another program.
 //
-// Like MarbleRun's premain, Activate does not verify the Coordinator's
-// certificate by default: the Coordinator verifies the Marble through its
-// quote (which binds the TLS client certificate, so the request cannot be
-// relayed), and the Marble learns the Coordinator's identity from the
-// parameters (MARBLE_PREDEFINED_ROOT_CA, the Marble Root). Someone in the
-// network path could therefore answer with parameters of their own. A
-// caller that already knows the Marble Root (from an earlier activation or
-// its deployment) should pin it with Options.RootCAs.
+// A Marble that pins the Coordinator (Options.CoordinatorRoot or
+// CoordinatorRootSHA256: the Coordinator root, which survives updates and
+// recovery) accepts an answer only from a server that proves in the TLS
+// handshake to hold the Coordinator's key: a key the pinned root certified
+// as a CA, which no Marble certificate or certificate secret is. Like
+// MarbleRun's premain, an unpinned Marble verifies nothing: whoever answers
+// at the Coordinator's address chooses its Files, Env and Argv, and can
+// issue it credentials of their own. The Coordinator does not depend on
+// this: it verifies the Marble through its quote, which binds the TLS
+// client certificate, so the request cannot be relayed. docs/trust.md
+// describes what each mode trusts.
+//
+// (*Parameters).WriteFiles never follows a symbolic link, refuses "..",
+// and writes absolute paths only beneath the file roots: by default "/"
+// (every absolute path) for a pinned Marble and none for an unpinned one.
 //
 // The package does not log; every failure is a returned error.
 package marble

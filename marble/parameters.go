@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -23,6 +22,10 @@ type Parameters struct {
 	Files map[string][]byte // path -> content
 	Env   map[string][]byte // name -> value
 	Argv  []string
+	// FileRoots are the directories (absolute paths) under which
+	// WriteFiles writes files with absolute paths. Activate sets it
+	// (Options.FileRoots); empty allows relative paths only.
+	FileRoots []string
 }
 
 // fromWire converts the wire message; nil gives empty Parameters.
@@ -47,41 +50,6 @@ func (p *Parameters) Apply() ([]string, error) {
 		}
 	}
 	return p.Args(), nil
-}
-
-// WriteFiles writes each file with mode 0600 at its path (relative paths
-// are relative to the working directory), creating missing parent
-// directories with mode 0700. An existing file is replaced in place and
-// its mode set to 0600. Files are written in path order; the first failure
-// ends WriteFiles.
-func (p *Parameters) WriteFiles() error {
-	for _, path := range slices.Sorted(maps.Keys(p.Files)) {
-		if err := writeFile(path, p.Files[path]); err != nil {
-			return fmt.Errorf("marble: writing file %q: %w", path, err)
-		}
-	}
-	return nil
-}
-
-func writeFile(path string, data []byte) error {
-	if path == "" {
-		return errors.New("empty path")
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	err = f.Chmod(0o600)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Environ returns base (KEY=VALUE entries, as os.Environ gives them) with

@@ -27,7 +27,8 @@ func TestApply(t *testing.T) {
 			abs:                   {0, 1, 2, 0xff},
 			"existing":            []byte("new"),
 		},
-		Env: map[string][]byte{"QUARRY_TEST_APPLY": []byte("new value"), "QUARRY_TEST_APPLY_NEW": []byte("x=y")},
+		Env:       map[string][]byte{"QUARRY_TEST_APPLY": []byte("new value"), "QUARRY_TEST_APPLY_NEW": []byte("x=y")},
+		FileRoots: []string{dir},
 	}
 	argv, err := p.Apply()
 	if err != nil {
@@ -81,8 +82,8 @@ func TestApplyFailures(t *testing.T) {
 		p    marble.Parameters
 		want string
 	}{
-		{"parent is a file", marble.Parameters{Files: map[string][]byte{filepath.Join(blocker, "x"): nil}}, "x"},
-		{"empty path", marble.Parameters{Files: map[string][]byte{"": nil}}, "empty path"},
+		{"parent is a file", marble.Parameters{Files: map[string][]byte{filepath.Join(blocker, "x"): nil}, FileRoots: []string{dir}}, "not a directory"},
+		{"empty path", marble.Parameters{Files: map[string][]byte{"": nil}}, "it is empty"},
 		{"NUL in value", marble.Parameters{Env: map[string][]byte{"QUARRY_TEST_UNTOUCHED": []byte("a\x00b")}}, "QUARRY_TEST_UNTOUCHED"},
 		{"= in name", marble.Parameters{Env: map[string][]byte{"A=B": nil, "QUARRY_TEST_UNTOUCHED": []byte("after")}}, `"A=B"`},
 		{"empty name", marble.Parameters{Env: map[string][]byte{"": nil}}, "empty name"},

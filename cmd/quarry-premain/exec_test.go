@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,7 +37,12 @@ func TestExecTestApp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	dir := t.TempDir()
+	// Its real path: the pinned premain writes the absolute path conf
+	// through no symbolic link.
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	bins := build(t, dir, "github.com/quarry-cc/quarry/cmd/quarry-premain",
 		"github.com/quarry-cc/quarry/cmd/quarry-premain/internal/testapp")
 	premainBin, testappBin := bins[0], bins[1]
@@ -70,6 +77,7 @@ func TestExecTestApp(t *testing.T) {
 				"EDG_MARBLE_TYPE=backend",
 				"EDG_MARBLE_COORDINATOR_ADDR=" + coord.Addr,
 				"QUARRY_GRAMINE_ATTESTATION_DIR=" + filepath.Join(dir, "none"),
+				"QUARRY_COORDINATOR_ROOT_SHA256=" + fmt.Sprintf("%x", sha256.Sum256(coord.CA.Root.Raw)),
 			}
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +32,14 @@ const (
 	envOESim       = "OE_SIMULATION"
 	envAttempts    = "QUARRY_ACTIVATION_ATTEMPTS"
 	envRetryDelay  = "QUARRY_ACTIVATION_RETRY_DELAY"
+	envRoot        = "QUARRY_COORDINATOR_ROOT"
+	envRootSHA256  = "QUARRY_COORDINATOR_ROOT_SHA256"
+	envFileRoots   = "QUARRY_FILE_ROOTS"
 )
+
+// maxRootFile bounds the PEM file read for QUARRY_COORDINATOR_ROOT; a
+// P-384 root certificate in PEM is under 1 KiB.
+const maxRootFile = 64 << 10
 
 // Attestation modes, as the Coordinator's.
 const (
@@ -78,6 +88,10 @@ func (p premain) run(ctx context.Context) int {
 		return p.fail(exitConfig, err)
 	}
 	opts.Issuer = issuer
+	if opts.CoordinatorRoot == nil && opts.CoordinatorRootSHA256 == nil {
+		fmt.Fprintf(p.stderr, "quarry-premain: the Coordinator is not pinned: whoever answers at %s chooses this Marble's files, environment and program; set %s or %s (docs/trust.md)\n",
+			cmp.Or(opts.CoordinatorAddr, marble.DefaultCoordinatorAddr), envRoot, envRootSHA256)
+	}
 
 	params, err := marble.Activate(ctx, opts)
 	if err != nil {
@@ -147,7 +161,80 @@ func options(getenv func(string) string) (marble.Options, error) {
 		}
 		o.RetryDelay = d
 	}
+	if err := pinOptions(getenv, &o); err != nil {
+		return o, err
+	}
+	for _, r := range filepath.SplitList(getenv(envFileRoots)) {
+		if r == "" {
+			continue
+		}
+		if !filepath.IsAbs(r) {
+			return o, &configError{envFileRoots, fmt.Sprintf("%q is not an absolute path; list absolute directories separated by %q", r, string(filepath.ListSeparator))}
+		}
+		o.FileRoots = append(o.FileRoots, r)
+	}
 	return o, nil
+}
+
+// pinOptions reads the Coordinator's pin: the root certificate from a PEM
+// file, or its SHA-256 fingerprint.
+func pinOptions(getenv func(string) string, o *marble.Options) error {
+	file, sum := getenv(envRoot), getenv(envRootSHA256)
+	switch {
+	case file != "" && sum != "":
+		return &configError{envRoot, fmt.Sprintf("both it and %s are set; set one", envRootSHA256)}
+	case sum != "":
+		b, err := marble.ParseFingerprint(sum)
+		if err != nil {
+			return &configError{envRootSHA256, err.Error()}
+		}
+		o.CoordinatorRootSHA256 = b
+	case file != "":
+		c, err := readRoot(file)
+		if err != nil {
+			return &configError{envRoot, err.Error()}
+		}
+		o.CoordinatorRoot = c
+	}
+	return nil
+}
+
+// readRoot reads the Coordinator root certificate: the one CERTIFICATE PEM
+// block of the file.
+func readRoot(file string) (*x509.Certificate, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxRootFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxRootFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes; it must hold the Coordinator root certificate (PEM) alone", file, maxRootFile)
+	}
+	var certs []*pem.Block
+	for rest := b; ; {
+		var blk *pem.Block
+		if blk, rest = pem.Decode(rest); blk == nil {
+			break
+		}
+		if blk.Type == "CERTIFICATE" {
+			certs = append(certs, blk)
+		}
+	}
+	if len(certs) != 1 {
+		return nil, fmt.Errorf("%s holds %d PEM certificates; it must hold the Coordinator root alone (MARBLE_PREDEFINED_COORDINATOR_ROOT_CA, or the last certificate of GET /api/v2/quote)", file, len(certs))
+	}
+	c, err := x509.ParseCertificate(certs[0].Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if err := marble.CheckCoordinatorRoot(c); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return c, nil
 }
 
 // issuer chooses how the Marble obtains its quote, as the Coordinator

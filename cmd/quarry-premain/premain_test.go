@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
@@ -41,7 +43,12 @@ type harness struct {
 }
 
 func newHarness(t *testing.T, coordAddr string) *harness {
-	dir := t.TempDir()
+	// Its real path: a pinned Marble writes absolute paths beneath "/"
+	// through no symbolic link.
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Chdir(dir)
 	h := &harness{t: t, dir: dir}
 	h.self = h.executable("bin/quarry-premain")
@@ -72,6 +79,24 @@ func (h *harness) executable(rel string) string {
 }
 
 func (h *harness) setenv(kv ...string) { h.env = append(h.env, kv...) }
+
+// pin pins the Coordinator whose root is root, by a PEM file.
+func (h *harness) pin(root *x509.Certificate) {
+	h.setenv("QUARRY_COORDINATOR_ROOT=" + writePEM(h.t, filepath.Join(h.t.TempDir(), "root.pem"), root))
+}
+
+// writePEM writes the certificates as PEM to path and returns path.
+func writePEM(t *testing.T, path string, certs ...*x509.Certificate) string {
+	t.Helper()
+	var b []byte
+	for _, c := range certs {
+		b = append(b, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 func (h *harness) run() int {
 	p := premain{
@@ -149,6 +174,7 @@ func TestActivateAndExec(t *testing.T) {
 	}
 	app := h.executable("bin/app")
 	h.setenv("EDG_MARBLE_DNS_NAMES=backend.example, 10.1.2.3")
+	h.pin(coord.CA.Root)
 
 	if code := h.run(); code != 0 {
 		t.Fatalf("exit %d: %s", code, h.stderr.String())
@@ -362,5 +388,62 @@ func TestGramineQuote(t *testing.T) {
 	})
 	if errs := dev.Errors(); len(errs) > 0 {
 		t.Errorf("device errors: %v", errs)
+	}
+}
+
+// TestPinConfigErrors: a pin or file root that cannot be right ends the
+// premain with exit status 2, naming the variable and what is wrong,
+// before anything is sent.
+func TestPinConfigErrors(t *testing.T) {
+	coord := marbletest.New(t, marbletest.Refuse(codes.Internal, "must not be reached"))
+	a := coord.CA
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "root.der")
+	if err := os.WriteFile(notPEM, a.Root.Raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(a.MarbleTLSCertificate().Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want []string
+	}{
+		{"root file missing", []string{"QUARRY_COORDINATOR_ROOT=" + filepath.Join(dir, "missing.pem")},
+			[]string{"QUARRY_COORDINATOR_ROOT: ", "no such file"}},
+		{"root file not PEM", []string{"QUARRY_COORDINATOR_ROOT=" + notPEM},
+			[]string{"QUARRY_COORDINATOR_ROOT: ", "holds 0 PEM certificates"}},
+		{"root file with the chain", []string{"QUARRY_COORDINATOR_ROOT=" + writePEM(t, filepath.Join(dir, "chain.pem"), a.Intermediate, a.Root)},
+			[]string{"QUARRY_COORDINATOR_ROOT: ", "holds 2 PEM certificates", "alone"}},
+		{"root file holding the Marble Root", []string{"QUARRY_COORDINATOR_ROOT=" + writePEM(t, filepath.Join(dir, "marbleroot.pem"), leaf)},
+			[]string{"QUARRY_COORDINATOR_ROOT: ", "Marble Root", "MARBLE_PREDEFINED_COORDINATOR_ROOT_CA"}},
+		{"both pins", []string{"QUARRY_COORDINATOR_ROOT=" + writePEM(t, filepath.Join(dir, "root.pem"), a.Root),
+			"QUARRY_COORDINATOR_ROOT_SHA256=" + strings.Repeat("ab", 32)},
+			[]string{"QUARRY_COORDINATOR_ROOT: ", "set one"}},
+		{"bad fingerprint", []string{"QUARRY_COORDINATOR_ROOT_SHA256=" + strings.Repeat("ab", 31)},
+			[]string{"QUARRY_COORDINATOR_ROOT_SHA256: ", "64 hex digits"}},
+		{"relative file root", []string{"QUARRY_FILE_ROOTS=/srv:data"},
+			[]string{"QUARRY_FILE_ROOTS: ", `"data" is not an absolute path`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, coord.Addr)
+			h.setenv(tc.env...)
+			if code := h.run(); code != 2 {
+				t.Errorf("exit %d, want 2 (stderr %q)", code, h.stderr.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(h.stderr.String(), w) {
+					t.Errorf("stderr %q does not say %q", h.stderr.String(), w)
+				}
+			}
+			if len(h.calls) != 0 {
+				t.Error("exec'd despite a configuration error")
+			}
+		})
+	}
+	if n := len(coord.Requests()); n != 0 {
+		t.Errorf("%d activations despite configuration errors", n)
 	}
 }

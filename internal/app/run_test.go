@@ -107,8 +107,8 @@ func TestRunServesBothAPIs(t *testing.T) {
 	}
 	got := conn.ConnectionState().PeerCertificates
 	conn.Close()
-	if want := a.core.MarbleTLSCertificate().Leaf; len(got) != 1 || !got[0].Equal(want) {
-		t.Fatal("the marble API does not present the Marble Root")
+	if want := a.core.MarbleTLSCertificate().Leaf; len(got) != 3 || !got[0].Equal(want) {
+		t.Fatal("the marble API does not present the Marble Root with its chain")
 	}
 	conn, err = tls.Dial("tcp", clientAddr, &tls.Config{InsecureSkipVerify: true})
 	if err != nil {

@@ -11,16 +11,25 @@ import (
 )
 
 // TestMarbleTLSCertificate checks that the Marble API presents the Marble
-// Root with the intermediate key (a pair TLS accepts), and the renewed one
-// after a rotation.
+// Root with the intermediate key (a pair TLS accepts), followed by the
+// intermediate (a CA signed by the root that certifies the same key) and
+// the root, and the renewed ones after a rotation.
 func TestMarbleTLSCertificate(t *testing.T) {
 	a := newAuthority(t)
 	c := a.MarbleTLSCertificate()
-	if len(c.Certificate) != 1 || !bytes.Equal(c.Certificate[0], a.MarbleRoot.Raw) || c.Leaf != a.MarbleRoot {
-		t.Fatal("the certificate is not the Marble Root alone")
+	if len(c.Certificate) != 3 || !bytes.Equal(c.Certificate[0], a.MarbleRoot.Raw) || c.Leaf != a.MarbleRoot ||
+		!bytes.Equal(c.Certificate[1], a.Intermediate.Raw) || !bytes.Equal(c.Certificate[2], a.Root.Raw) {
+		t.Fatal("the chain is not the Marble Root, the intermediate and the root")
 	}
 	if c.PrivateKey != a.IntermediateKey {
 		t.Fatal("the key is not the intermediate key")
+	}
+	inter, err := x509.ParseCertificate(c.Certificate[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inter.CheckSignatureFrom(a.Root); err != nil || !inter.IsCA || !a.IntermediateKey.PublicKey.Equal(inter.PublicKey) {
+		t.Fatalf("the second certificate does not certify the TLS key under the root: signature %v, CA %v", err, inter.IsCA)
 	}
 	// The pair must be one crypto/tls accepts.
 	keyDER, err := x509.MarshalECPrivateKey(a.IntermediateKey)
@@ -36,8 +45,12 @@ func TestMarbleTLSCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Equal(b.MarbleTLSCertificate().Certificate[0], c.Certificate[0]) {
+	if bytes.Equal(b.MarbleTLSCertificate().Certificate[0], c.Certificate[0]) ||
+		bytes.Equal(b.MarbleTLSCertificate().Certificate[1], c.Certificate[1]) {
 		t.Fatal("the Marble API certificate did not change with the rotation")
+	}
+	if !bytes.Equal(b.MarbleTLSCertificate().Certificate[2], a.Root.Raw) {
+		t.Fatal("the root in the chain changed with the rotation")
 	}
 	if !bytes.Equal(a.MarbleTLSCertificate().Certificate[0], c.Certificate[0]) {
 		t.Fatal("the old authority's certificate changed")

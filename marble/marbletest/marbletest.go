@@ -1,22 +1,22 @@
 // Package marbletest fakes a Coordinator's Marble API for tests of Marbles
 // and premains: a real gRPC server over real TLS on a loopback port. It
-// asks for a client certificate, as a Coordinator does, records every
-// activation request with the certificates the Marble presented, and
-// answers through a function of the test.
+// presents the certificates a Coordinator presents (the Marble Root, the
+// intermediate and the root of a CA of its own, so that a Marble can pin
+// it) or, for impostors, any certificate the test gives; asks for a client
+// certificate, as a Coordinator does; records every activation request
+// with the certificates the Marble presented; and answers through a
+// function of the test.
 package marbletest
 
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"sync"
 	"testing"
@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quarry-cc/quarry/api/marblepb"
+	"github.com/quarry-cc/quarry/internal/ca"
 )
 
 // Request is one activation request as the Coordinator received it.
@@ -50,8 +51,12 @@ type Handler func(Request) (*marblepb.Parameters, error)
 type Coordinator struct {
 	// Addr is the address to give the Marble (127.0.0.1:port).
 	Addr string
-	// Cert is the server's self-signed TLS certificate.
+	// Cert is the server's TLS certificate (the leaf it presents).
 	Cert *x509.Certificate
+	// CA is the Coordinator's certificate authority (nil for a server
+	// started with a certificate of the test); CA.Root is what a Marble
+	// pins.
+	CA *ca.Authority
 
 	handler Handler
 	srv     *grpc.Server
@@ -70,16 +75,37 @@ func New(tb testing.TB, h Handler) *Coordinator {
 	return Serve(tb, ln, h)
 }
 
+// NewWithCertificate serves h on a free loopback port presenting cert
+// (its chain and key), as an impostor of the Coordinator would.
+func NewWithCertificate(tb testing.TB, cert tls.Certificate, h Handler) *Coordinator {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return serve(tb, ln, cert, nil, h)
+}
+
 // Serve serves h on ln until tb's cleanup (tests that start the
 // Coordinator late listen on an address they reserved).
 func Serve(tb testing.TB, ln net.Listener, h Handler) *Coordinator {
 	tb.Helper()
-	cert, tlsCert, err := serverCert()
+	a, err := ca.New(rand.Reader, ca.Names{DNS: []string{"localhost"}}, time.Now())
 	if err != nil {
 		ln.Close()
 		tb.Fatal(err)
 	}
-	c := &Coordinator{Addr: ln.Addr().String(), Cert: cert, handler: h}
+	return serve(tb, ln, *a.MarbleTLSCertificate(), a, h)
+}
+
+func serve(tb testing.TB, ln net.Listener, tlsCert tls.Certificate, a *ca.Authority, h Handler) *Coordinator {
+	tb.Helper()
+	leaf, err := x509.ParseCertificate(tlsCert.Certificate[0])
+	if err != nil {
+		ln.Close()
+		tb.Fatal(err)
+	}
+	c := &Coordinator{Addr: ln.Addr().String(), Cert: leaf, CA: a, handler: h}
 	c.srv = grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{tlsCert},
 		ClientAuth:   tls.RequireAnyClientCert, // checked through the quote, as a Coordinator does
@@ -176,34 +202,4 @@ type ReportDataIssuer struct{}
 // Issue returns reportData.
 func (ReportDataIssuer) Issue(_ context.Context, reportData [64]byte) ([]byte, error) {
 	return reportData[:], nil
-}
-
-// serverCert makes the fake Coordinator's self-signed certificate.
-func serverCert() (*x509.Certificate, tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "marbletest Coordinator"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		DNSNames:              []string{"localhost"},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	return cert, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}, nil
 }

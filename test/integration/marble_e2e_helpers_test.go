@@ -72,6 +72,8 @@ type marbleRun struct {
 	// from this (fake) attestation directory; otherwise it runs in
 	// simulation and sends no quote.
 	gramineDir string
+	// env are further variables of the premain (a pin, file roots).
+	env []string
 }
 
 // marbleResult is how a Marble run ended.
@@ -109,6 +111,7 @@ func (m marbleRun) command(t *testing.T, c *coordinator) (*exec.Cmd, *bytes.Buff
 	} else {
 		cmd.Env = append(cmd.Env, "QUARRY_ATTESTATION=simulation")
 	}
+	cmd.Env = append(cmd.Env, m.env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	return cmd, &stderr

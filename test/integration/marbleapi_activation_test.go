@@ -63,8 +63,8 @@ func TestMarbleAPIActivation(t *testing.T) {
 	if !a.coordRoot.Equal(coordRoot) {
 		t.Error("MARBLE_PREDEFINED_COORDINATOR_ROOT_CA is not the root of /api/v2/quote")
 	}
-	if len(presented) != 1 || !presented[0].Equal(a.marbleRoot) {
-		t.Error("the Marble API does not present the Marble Root that MARBLE_PREDEFINED_ROOT_CA holds")
+	if len(presented) != 3 || !presented[0].Equal(a.marbleRoot) || !presented[1].Equal(inter) || !presented[2].Equal(coordRoot) {
+		t.Error("the Marble API does not present the Marble Root that MARBLE_PREDEFINED_ROOT_CA holds, followed by the intermediate and the root (docs/trust.md)")
 	}
 	// The Marble Root shares the intermediate's key and subject.
 	if !bytes.Equal(a.marbleRoot.RawSubject, inter.RawSubject) || !a.marbleRoot.PublicKey.(*ecdsa.PublicKey).Equal(inter.PublicKey) {
@@ -240,7 +240,7 @@ func TestMarbleAPIPresentsNewMarbleRootAfterUpdate(t *testing.T) {
 	if renewed.marbleRoot.Equal(old.marbleRoot) {
 		t.Fatal("the package update did not renew the Marble Root")
 	}
-	if len(after) != 1 || !after[0].Equal(renewed.marbleRoot) || after[0].Equal(before[0]) {
+	if len(after) != 3 || !after[0].Equal(renewed.marbleRoot) || after[0].Equal(before[0]) || !after[2].Equal(before[2]) {
 		t.Fatal("the Marble API does not present the renewed Marble Root")
 	}
 	if err := renewed.leaf.CheckSignatureFrom(renewed.marbleRoot); err != nil {

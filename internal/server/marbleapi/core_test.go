@@ -88,8 +88,13 @@ func TestWithTheCore(t *testing.T) {
 	}
 	blk, _ := pem.Decode(env[core.EnvRootCA])
 	presented := p.AuthInfo.(credentials.TLSInfo).State.PeerCertificates
-	if blk == nil || len(presented) != 1 || !bytes.Equal(presented[0].Raw, blk.Bytes) {
-		t.Fatal("the server does not present the Marble Root that MARBLE_PREDEFINED_ROOT_CA holds")
+	if blk == nil || len(presented) != 3 || !bytes.Equal(presented[0].Raw, blk.Bytes) {
+		t.Fatal("the server does not present the Marble Root that MARBLE_PREDEFINED_ROOT_CA holds, followed by its chain")
+	}
+	// Then the intermediate and the root (docs/trust.md).
+	rootBlk, _ := pem.Decode(env[core.EnvCoordinatorRoot])
+	if rootBlk == nil || !bytes.Equal(presented[2].Raw, rootBlk.Bytes) || presented[1].CheckSignatureFrom(presented[2]) != nil {
+		t.Fatal("the server's chain does not end in the intermediate and the root of MARBLE_PREDEFINED_COORDINATOR_ROOT_CA")
 	}
 	// The server's key is the intermediate key, which signed the Marble's
 	// certificate: the leaf verifies against the presented certificate.
