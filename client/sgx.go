@@ -63,8 +63,15 @@ type EraConfig struct {
 	AcceptedAdvisories  []string `json:",omitempty"`
 	// TDXMeasurements, when set, expect a Coordinator in a TDX guest with
 	// these TD measurements (MRTD, RTMR0–3, …; see docs/tdx.md) instead
-	// of an SGX enclave.
+	// of an SGX enclave. MRTD is required, and so are RTMR1 and RTMR2
+	// unless InsecureAllowUnsetRTMR1RTMR2 is set; Debug does not lift
+	// either requirement.
 	manifest.TDXMeasurements
+	// InsecureAllowUnsetRTMR1RTMR2 lets a TDX era config leave RTMR1 (the
+	// kernel) or RTMR2 (the kernel command line and initrd) unset, so that
+	// any kernel booted by the firmware MRTD names is accepted. Registers
+	// that are set are still compared. Only for TDX era configs.
+	InsecureAllowUnsetRTMR1RTMR2 bool `json:",omitempty"`
 }
 
 // ParseEraConfig decodes an era config file. Unknown members are an error
@@ -105,12 +112,17 @@ func ReadEraConfig(path string) (EraConfig, error) {
 
 // Validate checks that the configuration identifies an enclave: UniqueID,
 // or SignerID with ProductID and SecurityVersion; that IDs are 32-byte hex;
-// and that the TCB statuses are Intel's names.
+// and that the TCB statuses are Intel's names. A TDX era config must set
+// MRTD, and RTMR1 and RTMR2 unless InsecureAllowUnsetRTMR1RTMR2, whatever
+// Debug says (validateTDX).
 func (c EraConfig) Validate() error {
 	if (manifest.Package{TDXMeasurements: c.TDXMeasurements}).IsTDX() {
 		return c.validateTDX()
 	}
 	var errs []error
+	if c.InsecureAllowUnsetRTMR1RTMR2 {
+		errs = append(errs, errors.New("era config: InsecureAllowUnsetRTMR1RTMR2 applies to a TDX guest only, and this era config sets no TD measurement (MRTD, …)"))
+	}
 	for _, id := range []struct{ name, value string }{{"UniqueID", c.UniqueID}, {"SignerID", c.SignerID}} {
 		if id.value == "" {
 			continue

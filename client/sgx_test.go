@@ -204,7 +204,8 @@ func TestParseEraConfig(t *testing.T) {
 		t.Fatalf("config %+v", cfg)
 	}
 	// The TDX relaunch statuses may be accepted too (any case).
-	tdx := `{"MRTD":"` + strings.Repeat("ab", 48) + `","AcceptedTCBStatuses":["TDRelaunchAdvised","tdrelaunchadvisedconfigurationneeded"]}`
+	tdx := `{"MRTD":"` + strings.Repeat("ab", 48) + `","RTMR1":"` + strings.Repeat("01", 48) + `","RTMR2":"` + strings.Repeat("02", 48) +
+		`","AcceptedTCBStatuses":["TDRelaunchAdvised","tdrelaunchadvisedconfigurationneeded"]}`
 	if cfg, err := client.ParseEraConfig([]byte(tdx)); err != nil || len(cfg.AcceptedTCBStatuses) != 2 {
 		t.Errorf("TDX relaunch statuses: %+v, %v", cfg, err)
 	}

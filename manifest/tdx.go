@@ -22,13 +22,16 @@ var tdxTCBStatuses = []string{"TDRelaunchAdvised", "TDRelaunchAdvisedConfigurati
 // they appear at the package's top level in the manifest. A package that
 // sets any of them is a TDX package and may not set UniqueID, SignerID,
 // ProductID or SecurityVersion. Values are hex of the bytes as they stand in
-// the TD report (any case). Debug is compared with TDATTRIBUTES bit 0.
+// the TD report (any case). Debug is compared with the TD's debug state:
+// any of TDATTRIBUTES bits 7:0 (the "TD under debug" group). A package
+// that is not Debug must set MRTD, RTMR1, RTMR2 and TDAttributes.
 type TDXMeasurements struct {
 	// MRTD is the TD's build-time measurement (96 hex digits); required
 	// unless Debug is set.
 	MRTD string `json:",omitempty"`
 	// RTMR0 to RTMR3 are the run-time measurement registers (96 hex digits
-	// each), compared when set.
+	// each), compared when set; RTMR1 and RTMR2 are required unless Debug
+	// is set.
 	RTMR0 string `json:",omitempty"`
 	RTMR1 string `json:",omitempty"`
 	RTMR2 string `json:",omitempty"`
@@ -39,7 +42,8 @@ type TDXMeasurements struct {
 	// TDAttributes and XFAM (16 hex digits, the 8 bytes as in the report)
 	// must equal the report's bits selected by their masks; a mask left
 	// empty means all bits (an exact comparison). Without a value the
-	// field is not compared (Debug still is).
+	// field is not compared (Debug still is); TDAttributes is required
+	// unless Debug is set.
 	TDAttributes     string `json:",omitempty"`
 	TDAttributesMask string `json:",omitempty"`
 	XFAM             string `json:",omitempty"`
@@ -77,8 +81,9 @@ func (t TDXMeasurements) fields() []struct {
 	}
 }
 
-// checkTDXPackages validates TDX packages: SGX or TDX, never both; MRTD
-// unless Debug; hex lengths; a mask only with its value.
+// checkTDXPackages validates TDX packages: SGX or TDX, never both; hex
+// lengths; a mask only with its value; unless Debug, MRTD, RTMR1, RTMR2 and
+// TDAttributes.
 func (m *Manifest) checkTDXPackages() *ValidationError {
 	for _, name := range sorted(m.Packages) {
 		p := m.Packages[name]
@@ -108,12 +113,25 @@ func (m *Manifest) checkTDXPackages() *ValidationError {
 		if p.XFAMMask != "" && p.XFAM == "" {
 			return invalid(sectionPackages, name, "XFAMMask", "package %s sets XFAMMask without XFAM", name)
 		}
-		if !p.Debug && p.MRTD == "" {
-			return invalid(sectionPackages, name, "MRTD", "manifest misses value for MRTD in TDX package %s", name)
+		if p.Debug {
+			continue
+		}
+		for _, f := range []struct{ name, value string }{
+			{"MRTD", p.MRTD}, {"RTMR1", p.RTMR1}, {"RTMR2", p.RTMR2}, {"TDAttributes", p.TDAttributes},
+		} {
+			if f.value == "" {
+				return invalid(sectionPackages, name, f.name, "manifest misses value for %s in TDX package %s: %s", f.name, name, tdxRequiredHint)
+			}
 		}
 	}
 	return nil
 }
+
+// tdxRequiredHint explains the fields a TDX package that is not Debug must
+// set (docs/tdx.md): MRTD alone pins only the firmware, so any kernel,
+// initrd and command line would run under it, and TDAttributes pins
+// SEPT_VE_DISABLE and the other TD attributes.
+const tdxRequiredHint = "a TDX package that is not Debug must set MRTD (firmware), RTMR1 (kernel), RTMR2 (kernel command line and initrd) and TDAttributes (for example 0000001000000000, SEPT_VE_DISABLE); see docs/tdx.md"
 
 // acceptedStatusKnown reports whether status may stand in the
 // AcceptedTCBStatuses of p.

@@ -12,6 +12,7 @@ var tdxManifest = `{
 		"td": {
 			"MRTD": "` + mrtdHex + `",
 			"RTMR1": "` + mrtdHex + `",
+			"RTMR2": "` + mrtdHex + `",
 			"TDAttributes": "0000001000000000",
 			"TDAttributesMask": "FFFFFFFFFFFFFFFF",
 			"MinTEETCBSVN": "06010300000000000000000000000000",
@@ -64,6 +65,14 @@ func TestTDXPackageValidation(t *testing.T) {
 		{"TDAttributesMask without value", func(p *Package) { p.TDAttributes, p.TDAttributesMask = "", "ffffffffffffffff" }, "TDAttributesMask"},
 		{"MinTEETCBSVN short", func(p *Package) { p.MinTEETCBSVN = "0601" }, "MinTEETCBSVN"},
 		{"no MRTD", func(p *Package) { p.MRTD = "" }, "MRTD"},
+		{"no RTMR1", func(p *Package) { p.RTMR1 = "" }, "RTMR1"},
+		{"no RTMR2", func(p *Package) { p.RTMR2 = "" }, "RTMR2"},
+		{"no TDAttributes", func(p *Package) { p.TDAttributes, p.TDAttributesMask = "", "" }, "TDAttributes"},
+		{"MRTD only", func(p *Package) { p.TDXMeasurements = TDXMeasurements{MRTD: mrtdHex} }, "RTMR1"},
+		{"MRTD and RTMR1 only", func(p *Package) { p.TDXMeasurements = TDXMeasurements{MRTD: mrtdHex, RTMR1: mrtdHex} }, "RTMR2"},
+		{"all but TDAttributes", func(p *Package) {
+			p.TDXMeasurements = TDXMeasurements{MRTD: mrtdHex, RTMR0: mrtdHex, RTMR1: mrtdHex, RTMR2: mrtdHex, RTMR3: mrtdHex, XFAM: "e702060000000000"}
+		}, "TDAttributes"},
 		{"unknown status", func(p *Package) { p.AcceptedTCBStatuses = []string{"Fine"} }, "AcceptedTCBStatuses"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,12 +88,12 @@ func TestTDXPackageValidation(t *testing.T) {
 			}
 		})
 	}
-	// A debug TDX package needs no MRTD; SGX packages may not accept the
-	// TDX-only statuses.
+	// A debug TDX package needs none of MRTD, RTMR1, RTMR2 and
+	// TDAttributes; SGX packages may not accept the TDX-only statuses.
 	m, _ := Parse([]byte(tdxManifest))
-	setPackage(m, "td", func(p *Package) { p.MRTD, p.Debug = "", true })
+	setPackage(m, "td", func(p *Package) { p.TDXMeasurements, p.Debug = TDXMeasurements{RTMR0: mrtdHex}, true })
 	if err := m.Validate(); err != nil {
-		t.Errorf("debug TDX package without MRTD: %v", err)
+		t.Errorf("debug TDX package without MRTD, RTMR1, RTMR2, TDAttributes: %v", err)
 	}
 	m, _ = Parse([]byte(tdxManifest))
 	setPackage(m, "enclave", func(p *Package) { p.AcceptedTCBStatuses = []string{"TDRelaunchAdvised"} })
@@ -111,5 +120,24 @@ func TestTDXPackageUpdate(t *testing.T) {
 	}
 	if err := (&Manifest{Packages: map[string]Package{"enclave": {SecurityVersion: ptr(uint(3))}}}).ValidatePackageUpdate(m.Packages); err != nil {
 		t.Errorf("SGX update: %v", err)
+	}
+}
+
+// TestTDXPackageMissingFieldMessage: the refusal of a production TDX package
+// that pins only MRTD names the missing field, the package and what to set.
+func TestTDXPackageMissingFieldMessage(t *testing.T) {
+	m, err := Parse([]byte(`{"Packages":{"vm":{"MRTD":"` + mrtdHex + `","TDAttributes":"0000001000000000"}},"Marbles":{"app":{"Package":"vm"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Validate()
+	var ve *ValidationError
+	if !errors.As(err, &ve) || ve.Field != "RTMR1" || ve.Name != "vm" {
+		t.Fatalf("Validate = %v, want a Packages/vm/RTMR1 error", err)
+	}
+	for _, want := range []string{"manifest misses value for RTMR1 in TDX package vm", "not Debug", "RTMR2", "TDAttributes", "docs/tdx.md"} {
+		if !strings.Contains(ve.Message, want) {
+			t.Errorf("message %q does not say %q", ve.Message, want)
+		}
 	}
 }

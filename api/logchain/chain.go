@@ -134,7 +134,7 @@ func VerifyRecords(from Head, records []Record) (Head, error) {
 		}
 		next := Next(h.Hash, r.Seq, r.Entry)
 		if next != r.Hash {
-			return h, fmt.Errorf("%w: entry %d", ErrEntryAltered, r.Seq)
+			return h, fmt.Errorf("%w: entry %d does not chain from entry %d (its bytes were changed, or the entries from it on come from another copy of the log spliced in here)", ErrEntryAltered, r.Seq, h.Count)
 		}
 		h = Head{Count: r.Seq, Hash: next}
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/big"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -235,4 +236,30 @@ func FuzzVerifyRecords(f *testing.F) {
 			t.Fatalf("changed record %d (%q, seq +%d) verified", i, entry, seqDelta%3)
 		}
 	})
+}
+
+// TestSplicedLogIsRefused: entries 65 on taken from a fork of the log (the
+// same first 64 entries, then other ones, each part chained correctly in
+// its own copy) are refused where the copies meet, whatever hashes the
+// records carry, and a fork that is re-chained onto this log's entry 64 does
+// not reach the signed head.
+func TestSplicedLogIsRefused(t *testing.T) {
+	r, k := root(t)
+	mine := entries(128)
+	theirs := slices.Clone(mine)
+	theirs[70] = `{"time":"2026-01-01T00:00:00.000Z","update":"Secret set","user":"mallory","secret":"x","type":"plain"}`
+	theirs[10] = `{"time":"2026-01-01T00:00:00.000Z","update":"Secret set","user":"mallory","secret":"y","type":"plain"}`
+	a, b := logchain.Chain(logchain.Head{}, mine), logchain.Chain(logchain.Head{}, theirs)
+	cp := signed(t, k, a)
+	spliced := append(slices.Clone(a[:64]), b[64:]...)
+	_, err := logchain.VerifyPage(r, cp, logchain.Head{}, spliced)
+	if !errors.Is(err, logchain.ErrEntryAltered) || !strings.Contains(err.Error(), "entry 65 does not chain from entry 64") {
+		t.Fatalf("spliced at 64: %v", err)
+	}
+	// The fork's entries re-chained from this log's entry 64: each hash
+	// matches, the head does not.
+	rechained := append(slices.Clone(a[:64]), logchain.Chain(logchain.Head{Count: 64, Hash: a[63].Hash}, theirs[64:])...)
+	if _, err := logchain.VerifyPage(r, cp, logchain.Head{}, rechained); !errors.Is(err, logchain.ErrHeadMismatch) {
+		t.Fatalf("fork re-chained onto entry 64: %v", err)
+	}
 }

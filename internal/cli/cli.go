@@ -132,7 +132,9 @@ Trust: every command that talks to the Coordinator needs one of
                      against the expected properties in FILE (MarbleRun's era config: UniqueID,
                      or SignerID with ProductID and SecurityVersion; for a TDX guest MRTD,
                      RTMR0-RTMR3, MRSEAM, MRSIGNERSEAM, TDAttributes, XFAM, MinTEETCBSVN as in
-                     a manifest package; Debug; AcceptedTCBStatuses; AcceptedAdvisories), with
+                     a manifest package, MRTD, RTMR1 and RTMR2 required even with Debug
+                     (InsecureAllowUnsetRTMR1RTMR2: true lifts RTMR1/RTMR2); Debug;
+                     AcceptedTCBStatuses; AcceptedAdvisories), with
                      Intel's collateral from --collateral-file or
                      --pccs-url; the quote must be bound to the root and a fresh nonce;
   --insecure         verify nothing: only for a Coordinator in simulation mode (it has no quote)

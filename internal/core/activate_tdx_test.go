@@ -36,14 +36,15 @@ func TestActivateTDX(t *testing.T) {
 	admin := newFaultUser(t, "admin")
 	m := newMarbleClient(t)
 	pl := dcaptest.NewPKI(t).NewPlatform(t, dcaptest.DefaultExtension())
-	var mrtd, rtmr2 [48]byte
+	var mrtd, rtmr1, rtmr2 [48]byte
 	for i := range mrtd {
-		mrtd[i], rtmr2[i] = 0x5a, 0x3c
+		mrtd[i], rtmr1[i], rtmr2[i] = 0x5a, 0x1e, 0x3c
 	}
 	sum := sha256.Sum256(m.cert.Raw)
 	tdQuote := func(f func(*tdxquote.TDReport)) []byte {
 		var body tdxquote.TDReport
-		body.MRTD, body.RTMR[2] = mrtd, rtmr2
+		body.MRTD, body.RTMR[1], body.RTMR[2] = mrtd, rtmr1, rtmr2
+		body.TDAttributes[3] = 0x10 // SEPT_VE_DISABLE
 		copy(body.ReportData[:], sum[:])
 		if f != nil {
 			f(&body)
@@ -60,7 +61,10 @@ func TestActivateTDX(t *testing.T) {
 	doc := map[string]any{
 		"Packages": map[string]any{
 			"pkg": map[string]any{"SignerID": actSignerID, "ProductID": 3, "SecurityVersion": 2},
-			"td":  map[string]any{"MRTD": hex.EncodeToString(mrtd[:]), "RTMR2": strings.ToUpper(hex.EncodeToString(rtmr2[:]))},
+			"td": map[string]any{
+				"MRTD": hex.EncodeToString(mrtd[:]), "RTMR1": hex.EncodeToString(rtmr1[:]), "RTMR2": strings.ToUpper(hex.EncodeToString(rtmr2[:])),
+				"TDAttributes": "0000001000000000",
+			},
 		},
 		"Marbles": map[string]any{"backend": map[string]any{"Package": "pkg"}, "vm": map[string]any{"Package": "td"}},
 		"Users":   map[string]any{"admin": map[string]any{"Certificate": admin.pem}},
@@ -85,6 +89,9 @@ func TestActivateTDX(t *testing.T) {
 		{"wrong RTMR2", "vm", upToDate, tdQuote(func(b *tdxquote.TDReport) { b.RTMR[2][0] ^= 1 }), "RTMR"},
 		{"not bound to the certificate", "vm", upToDate, tdQuote(func(b *tdxquote.TDReport) { b.ReportData[0] ^= 1 }), "not bound to the TLS client certificate"},
 		{"debug TD", "vm", upToDate, tdQuote(func(b *tdxquote.TDReport) { b.TDAttributes[0] |= 1 }), "debug"},
+		{"TD under debug (TDATTRIBUTES bit 6)", "vm", upToDate, tdQuote(func(b *tdxquote.TDReport) { b.TDAttributes[0] |= 1 << 6 }), "debug"},
+		{"wrong RTMR1", "vm", upToDate, tdQuote(func(b *tdxquote.TDReport) { b.RTMR[1][5] ^= 1 }), "RTMR1"},
+		{"SEPT_VE_DISABLE clear", "vm", upToDate, tdQuote(func(b *tdxquote.TDReport) { b.TDAttributes[3] = 0 }), "TD attributes"},
 		{"OutOfDate module refused", "vm", outOfDate, tdQuote(nil), "TCB status not accepted: OutOfDate"},
 		{"SGX quote for the TDX package", "vm", upToDate, sgxQuote, "an SGX quote for a TDX package"},
 		{"TDX quote for the SGX package", "backend", upToDate, tdQuote(nil), "a TDX quote for an SGX package"},

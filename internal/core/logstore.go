@@ -303,6 +303,9 @@ func (c *Core) readSegment(ctx context.Context, l *logState, n uint64) ([]logcha
 }
 
 // records returns entries after+1 to min(after+limit, count) of st's log.
+// Every segment it serves is checked to chain with its neighbours
+// (checkSegmentLinks), so reading the whole log checks the whole chain of
+// segments up to the tail, whose start the sealed state holds.
 func (c *Core) records(ctx context.Context, st *sealedState, after, limit uint64) ([]logchain.Record, error) {
 	l := st.Log
 	end := min(l.Count, after+limit)
@@ -315,16 +318,21 @@ func (c *Core) records(ctx context.Context, st *sealedState, after, limit uint64
 	const size = updatelog.SegmentSize
 	out := make([]logchain.Record, 0, end-after)
 	seq := after + 1
+	var before []logchain.Record // the segment read just before, if any
 	for seq <= end && seq <= l.Segments*size {
 		n := (seq - 1) / size
 		recs, err := c.readSegment(ctx, l, n)
 		if err != nil {
 			return nil, err
 		}
-		first := n*size + 1
 		last := min(end, (n+1)*size)
+		if err := c.checkSegmentLinks(ctx, l, n, recs, before, last == end); err != nil {
+			return nil, err
+		}
+		first := n*size + 1
 		out = append(out, recs[seq-first:last-first+1]...)
 		seq = last + 1
+		before = recs
 	}
 	if seq <= end {
 		base := l.Segments * size
@@ -332,6 +340,62 @@ func (c *Core) records(ctx context.Context, st *sealedState, after, limit uint64
 		out = append(out, tail[seq-base-1:end-base]...)
 	}
 	return out, nil
+}
+
+// checkSegmentLinks checks that segment n of l (its records recs) chains
+// with its neighbours (docs/update-log.md): its first entry chains from
+// the empty log (n = 0) or from the last entry of segment n-1 (before, when
+// the caller has just read it, else read now); and, when it is the last
+// segment the caller serves (lastServed) or the last one stored, its last
+// entry is the one segment n+1 chains from, or for the last segment the
+// tail's start that the sealed state holds (TailPrev). Each segment is
+// sealed and intact on its own; this refuses a segment of another copy of
+// the same log (a fork, an older backup) and segments replaced, reordered
+// or dropped. A neighbour that is missing or does not open is reported as
+// such: the link cannot be checked, so the segment is not served.
+func (c *Core) checkSegmentLinks(ctx context.Context, l *logState, n uint64, recs, before []logchain.Record, lastServed bool) error {
+	const size = updatelog.SegmentSize
+	switch {
+	case n == 0:
+		if !updatelog.Follows(logchain.Hash{}, recs) {
+			return segmentChainError("segment 0 does not start the log: its first entry does not chain from the empty log")
+		}
+	default:
+		if before == nil {
+			var err error
+			if before, err = c.readSegment(ctx, l, n-1); err != nil {
+				return fmt.Errorf("checking that segment %d continues segment %d: %w", n, n-1, err)
+			}
+		}
+		if !updatelog.Follows(before[len(before)-1].Hash, recs) {
+			return segmentChainError(fmt.Sprintf("segment %d does not continue segment %d: its first entry (%d) does not chain from entry %d, the last of segment %d",
+				n, n-1, n*size+1, n*size, n-1))
+		}
+	}
+	end := recs[len(recs)-1].Hash
+	switch {
+	case n+1 == l.Segments:
+		if end != l.TailPrev {
+			return segmentChainError(fmt.Sprintf("segment %d, the last, does not end where the state's tail starts: its last entry (%d) hashes to %s, the state says %s",
+				n, (n+1)*size, end, l.TailPrev))
+		}
+	case lastServed:
+		next, err := c.readSegment(ctx, l, n+1)
+		if err != nil {
+			return fmt.Errorf("checking that segment %d continues segment %d: %w", n+1, n, err)
+		}
+		if !updatelog.Follows(end, next) {
+			return segmentChainError(fmt.Sprintf("segment %d does not continue segment %d: its first entry (%d) does not chain from entry %d, the last of segment %d",
+				n+1, n, (n+1)*size+1, (n+1)*size, n))
+		}
+	}
+	return nil
+}
+
+// segmentChainError is the error of a broken link between segments.
+func segmentChainError(what string) error {
+	return fmt.Errorf("%w: %w: %s; the stored segments do not all belong to this state's log (a segment from another copy of it, or segments replaced, reordered or dropped): "+
+		"restore the update log segments stored with this state (docs/backup.md)", ErrLogDamaged, updatelog.ErrSegmentChain, what)
 }
 
 // ensureLog gives a state from before the verifiable log one, in memory:

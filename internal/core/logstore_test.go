@@ -195,9 +195,193 @@ func TestLogMissingSegmentIsNamed(t *testing.T) {
 	if _, err := c2.UpdateLogPage(context.Background(), 0, 10); !errors.Is(err, ErrLogDamaged) {
 		t.Fatalf("GET update-log with a missing segment: %v", err)
 	}
-	// The entries after the missing segment are still served.
-	if _, err := c2.UpdateLogPage(context.Background(), updatelog.SegmentSize+1, 10); err != nil {
-		t.Fatalf("page after the missing segment: %v", err)
+	// Segment 1 cannot be checked to continue the missing segment 0, so
+	// it is not served either; the error names segment 0.
+	_, err = c2.UpdateLogPage(context.Background(), updatelog.SegmentSize+1, 10)
+	if !errors.Is(err, ErrLogDamaged) || !strings.Contains(err.Error(), "segment 0 is missing") {
+		t.Fatalf("page in the segment after the missing one: %v", err)
+	}
+	// The entries after it are still served.
+	st := c2.snap.Load().persisted
+	if st.Log.Segments < 2 {
+		t.Fatalf("%d segments; the test needs 2", st.Log.Segments)
+	}
+	if _, err := c2.UpdateLogPage(context.Background(), 2*updatelog.SegmentSize+1, 10); err != nil {
+		t.Fatalf("page two segments after the missing one: %v", err)
+	}
+}
+
+// spliceSegment replaces stored segment n of c's log with segment n of a
+// fork of the same log (same identity and key, as another copy of the
+// state would write it): entry fork (1-based) is changed, and the segment
+// is chained from the fork's hashes.
+func spliceSegment(t *testing.T, c *Core, n uint64, fork int) {
+	t.Helper()
+	ctx := context.Background()
+	st := c.snap.Load().persisted
+	all, err := c.fullLog(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all = slices.Clone(all)
+	all[fork-1] = updatelog.SecretSet(time.Now(), "mallory", "forked", "symmetric-key")
+	const size = updatelog.SegmentSize
+	recs := logchain.Chain(logchain.Head{}, all)
+	prev := logchain.Hash{}
+	if n > 0 {
+		prev = recs[n*size-1].Hash
+	}
+	l := *st.Log
+	if err := c.writeSegment(ctx, &l, n, prev, all[n*size:(n+1)*size]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLogSegmentsMustChain: segments that are each intact and sealed with
+// the log's key, but do not chain (a segment from a fork of the log, an
+// older copy, or segment 0 of a log that starts elsewhere), are refused
+// wherever the Coordinator reads them, naming the broken link; parts of the
+// log the broken link does not touch are still served.
+func TestLogSegmentsMustChain(t *testing.T) {
+	const size = updatelog.SegmentSize
+	for _, tc := range []struct {
+		name   string
+		n      uint64   // the segment replaced
+		fork   int      // the entry where the fork differs
+		refuse []uint64 // pages of 10 (after) that touch the broken link
+		serve  []uint64 // pages of 10 (after) that do not
+		text   string   // names the broken link
+		alt    string   // or, for a segment with both links broken, this
+	}{
+		// Segment k holds entries 64k+1 to 64k+64; the page after a holds
+		// entries a+1 to a+10 and the hash of entry a; the tail 257 on.
+		{"fork before segment 2", 2, 10, []uint64{size + 3, 2*size + 5, 3 * size, 4 * size}, []uint64{3, 4*size + 2}, "segment 2 does not continue segment 1", "segment 3 does not continue segment 2"},
+		{"fork inside segment 2", 2, 2*size + 10, []uint64{2*size + 5, 3 * size, 3*size + 8}, []uint64{3, size + 3, 4*size + 2}, "segment 3 does not continue segment 2", ""},
+		{"fork inside the last segment", 3, 3*size + 10, []uint64{3 * size, 3*size + 8}, []uint64{size + 3, 2*size + 5, 4*size + 2}, "segment 3, the last, does not end where the state's tail starts", ""},
+		{"fork inside segment 0", 0, 3, []uint64{0, 5, size + 3}, []uint64{2*size + 5, 4*size + 2}, "segment 1 does not continue segment 0", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, key, segs := memstore.New(), memstore.New(), newSegStores()
+			c, _ := stateWithSecretsOpts(t, 1, logOptions(data, key, segs))
+			growLog(t, c, 4*size+20)
+			if got := c.snap.Load().persisted.Log.Segments; got != 4 {
+				t.Fatalf("%d segments, want 4", got)
+			}
+			spliceSegment(t, c, tc.n, tc.fork)
+			// A fresh Coordinator on the same stores (no cached segments).
+			c2, err := New(context.Background(), logOptions(data, key, segs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(what string, err error) {
+				t.Helper()
+				named := err != nil && (strings.Contains(err.Error(), tc.text) || tc.alt != "" && strings.Contains(err.Error(), tc.alt))
+				if !errors.Is(err, updatelog.ErrSegmentChain) || !errors.Is(err, ErrLogDamaged) || !named {
+					t.Errorf("%s: %v, want a broken link: %q", what, err, tc.text)
+				}
+			}
+			_, err = c2.UpdateLog(context.Background())
+			check("GET update", err)
+			if err != nil && !strings.Contains(err.Error(), tc.text) {
+				t.Errorf("GET update names another link than the first: %v", err)
+			}
+			for _, after := range tc.refuse {
+				_, err := c2.UpdateLogPage(context.Background(), after, 10)
+				check(fmt.Sprintf("page after %d", after), err)
+			}
+			for _, after := range tc.serve {
+				if _, err := c2.UpdateLogPage(context.Background(), after, 10); err != nil {
+					t.Errorf("page after %d: %v", after, err)
+				}
+			}
+			// Each check holds also with the segments cached.
+			_, err = c2.UpdateLog(context.Background())
+			check("GET update, cached", err)
+		})
+	}
+}
+
+// TestLogSegmentZeroMustStartTheLog: a segment 0 that chains from anything
+// but the empty log is refused, even when segment 1 continues it.
+func TestLogSegmentZeroMustStartTheLog(t *testing.T) {
+	const size = updatelog.SegmentSize
+	data, key, segs := memstore.New(), memstore.New(), newSegStores()
+	c, _ := stateWithSecretsOpts(t, 1, logOptions(data, key, segs))
+	growLog(t, c, 2*size+5)
+	ctx := context.Background()
+	st := c.snap.Load().persisted
+	all, err := c.fullLog(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Segment 0 rewritten as if the log had an entry before it, and
+	// segment 1 rewritten to continue that segment 0.
+	start := logchain.Head{}.Append("an entry before the first").Hash
+	seg0 := logchain.Chain(logchain.Head{Hash: start}, all[:size])
+	l := *st.Log
+	if err := c.writeSegment(ctx, &l, 0, start, all[:size]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.writeSegment(ctx, &l, 1, seg0[size-1].Hash, all[size:2*size]); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := New(ctx, logOptions(data, key, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c2.UpdateLogPage(ctx, 0, 10)
+	if !errors.Is(err, updatelog.ErrSegmentChain) || !strings.Contains(err.Error(), "segment 0 does not start the log") {
+		t.Fatalf("segment 0 chained from another entry: %v", err)
+	}
+}
+
+// TestLogSegmentsReorderedOrDropped: a segment stored under another
+// segment's number, or removed, is refused by name.
+func TestLogSegmentsReorderedOrDropped(t *testing.T) {
+	const size = updatelog.SegmentSize
+	data, key, segs := memstore.New(), memstore.New(), newSegStores()
+	c, _ := stateWithSecretsOpts(t, 1, logOptions(data, key, segs))
+	growLog(t, c, 3*size+5)
+	ctx := context.Background()
+	blob := func(n uint64) []byte {
+		s, _ := segs.get(n)
+		b, _, err := s.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	put := func(n uint64, b []byte) {
+		s := memstore.New()
+		if b != nil {
+			if _, err := s.Save(ctx, b, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		segs.mu.Lock()
+		segs.m[n] = s
+		segs.mu.Unlock()
+	}
+	b1, b2 := blob(1), blob(2)
+	// Segment 2's blob in place of segment 1, and the reverse.
+	put(1, b2)
+	put(2, b1)
+	c2, err := New(ctx, logOptions(data, key, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.UpdateLog(ctx); !errors.Is(err, ErrLogDamaged) || !strings.Contains(err.Error(), "segment 1 is segment 2") {
+		t.Fatalf("swapped segments: %v", err)
+	}
+	// Segment 2 dropped.
+	put(1, b1)
+	put(2, nil)
+	c3, err := New(ctx, logOptions(data, key, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c3.UpdateLog(ctx); !errors.Is(err, ErrLogDamaged) || !strings.Contains(err.Error(), "segment 2 is missing") {
+		t.Fatalf("dropped segment: %v", err)
 	}
 }
 

@@ -225,6 +225,44 @@ func TestMigrateManifestFailingQuarryRules(t *testing.T) {
 	}
 }
 
+// TestMigrateProductionTDXPackageWithoutKernel: the rule that a TDX package
+// that is not Debug pins RTMR1, RTMR2 and TDAttributes besides MRTD is
+// Quarry's own, so a migrated manifest that breaks it is migrated as is,
+// with a warning naming the field.
+func TestMigrateProductionTDXPackageWithoutKernel(t *testing.T) {
+	v := readVector(t, "multiparty")
+	sd, kv := vectorStore(t, v)
+	mrtd := strings.Repeat("5a", 48)
+	raw := bytes.Replace(kv["manifest"], []byte(`"Packages": {`), []byte(`"Packages": {"vm": {"MRTD": "`+mrtd+`"}, `), 1)
+	if bytes.Equal(raw, kv["manifest"]) {
+		t.Fatal("manifest not changed")
+	}
+	kv["manifest"] = raw
+	kv["package:vm"] = []byte(`{"MRTD":"` + mrtd + `"}`)
+	data := reseal(t, v, sd, kv)
+	s := newStores()
+	s.data.Save(context.Background(), data, "")
+	s.key.Save(context.Background(), v.key, "")
+	var logs bytes.Buffer
+	opts := testOptions(s)
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	c, err := New(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("the migration is refused: %v", err)
+	}
+	m, err := c.Manifest()
+	if err != nil || !bytes.Equal(m.Raw, raw) {
+		t.Fatalf("manifest not migrated as is: %v", err)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "the manifest breaks a rule MarbleRun does not enforce"); n != 1 {
+		t.Errorf("%d warnings, want 1 (RTMR1 of package vm):\n%s", n, out)
+	}
+	if !strings.Contains(out, "RTMR1") || !strings.Contains(out, "vm") {
+		t.Errorf("the warning does not name the package and field:\n%s", out)
+	}
+}
+
 func TestInspectMigration(t *testing.T) {
 	v := readVector(t, "single")
 	s := v.stores(true)

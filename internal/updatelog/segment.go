@@ -29,6 +29,23 @@ type Segment struct {
 // ErrBadSegment means a stored segment is not the one expected.
 var ErrBadSegment = errors.New("update log segment is damaged or belongs elsewhere")
 
+// ErrSegmentChain means stored segments, each intact, do not form one
+// chain: a segment's first entry does not chain from the last entry of the
+// segment before it (or segment 0's from the empty log), or the last
+// segment does not end where the tail starts. A segment taken from another
+// copy of the same log (a fork, an older backup) or segments replaced,
+// reordered or dropped look like this (docs/update-log.md).
+var ErrSegmentChain = errors.New("update log segments do not chain")
+
+// Follows reports whether recs, the records of a segment or of the tail,
+// continue from prev, the hash of the entry before their first (the zero
+// Hash before entry 1): the first record's hash is recomputed from prev and
+// its entry. The records after the first are chained from it by
+// DecodeSegment or logchain.Chain. No records follow anything.
+func Follows(prev logchain.Hash, recs []logchain.Record) bool {
+	return len(recs) == 0 || logchain.Next(prev, recs[0].Seq, recs[0].Entry) == recs[0].Hash
+}
+
 // DecodeSegment decodes a segment's plaintext and checks that it is
 // segment index of log and full; it returns its records (chained from the
 // segment's Prev, which the sealing authenticates).

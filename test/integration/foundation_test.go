@@ -269,6 +269,12 @@ func TestValidationRulesRejected(t *testing.T) {
 		{"4 UniqueID and SignerID", func(f *fixture) { f.set("Packages.backend.UniqueID", hexB) }, "Packages", "manifest specifies both UniqueID *and* SignerID/ProductID/SecurityVersion in package backend"},
 		{"5 missing SignerID", func(f *fixture) { f.set("Packages.backend.SignerID", deleted) }, "Packages", "manifest misses value for SignerID in package backend"},
 		{"5 missing ProductID", func(f *fixture) { f.set("Packages.backend.ProductID", deleted) }, "Packages", "manifest misses value for ProductID in package backend"},
+		{"TDX production package pins only MRTD", func(f *fixture) {
+			f.set("Packages.vm", map[string]any{"MRTD": strings.Repeat("ab", 48)})
+		}, "Packages", "manifest misses value for RTMR1 in TDX package vm: a TDX package that is not Debug must set MRTD (firmware), RTMR1 (kernel), RTMR2"},
+		{"TDX production package without TDAttributes", func(f *fixture) {
+			f.set("Packages.vm", map[string]any{"MRTD": strings.Repeat("ab", 48), "RTMR1": strings.Repeat("cd", 48), "RTMR2": strings.Repeat("ef", 48)})
+		}, "Packages", "manifest misses value for TDAttributes in TDX package vm"},
 		{"6 unknown TLS tag", func(f *fixture) { f.set("Marbles.frontend.TLS", []string{"nope"}) }, "Marbles", "manifest misses TLS entry for nope"},
 		{"7 incoming without port", func(f *fixture) {
 			f.set("TLS.web.Incoming", []any{map[string]any{"Cert": "cert", "DisableClientAuth": true}})

@@ -40,6 +40,7 @@ func TestTDXAttestation(t *testing.T) {
 	var body tdxquote.TDReport
 	copy(body.MRTD[:], "integration coordinator TD measurement.........")
 	copy(body.RTMR[1][:], "integration coordinator kernel measurement.....")
+	copy(body.RTMR[2][:], "integration coordinator initrd measurement.....")
 	kernel := tsmtest.New(t, func(rd [64]byte) []byte {
 		b := body
 		b.ReportData = rd
@@ -58,6 +59,7 @@ func TestTDXAttestation(t *testing.T) {
 	}
 	era := client.EraConfig{TDXMeasurements: manifest.TDXMeasurements{
 		MRTD: hex.EncodeToString(body.MRTD[:]), RTMR1: strings.ToUpper(hex.EncodeToString(body.RTMR[1][:])),
+		RTMR2: hex.EncodeToString(body.RTMR[2][:]),
 	}}
 	att, err := client.VerifyCoordinator(context.Background(), c.addr, client.VerifyOptions{Verifier: verifier(era)})
 	if err != nil {
@@ -67,9 +69,13 @@ func TestTDXAttestation(t *testing.T) {
 		t.Fatalf("quote verified %v, TDX %v", att.QuoteVerified, tdxquote.IsTDX(att.Quote))
 	}
 	for name, bad := range map[string]client.EraConfig{
-		"wrong MRTD":  {TDXMeasurements: manifest.TDXMeasurements{MRTD: strings.Repeat("ee", 48)}},
-		"wrong RTMR1": {TDXMeasurements: manifest.TDXMeasurements{MRTD: era.MRTD, RTMR1: strings.Repeat("ee", 48)}},
-		"SGX era":     {UniqueID: strings.Repeat("ee", 32)},
+		"wrong MRTD":  {TDXMeasurements: manifest.TDXMeasurements{MRTD: strings.Repeat("ee", 48), RTMR1: era.RTMR1, RTMR2: era.RTMR2}},
+		"wrong RTMR1": {TDXMeasurements: manifest.TDXMeasurements{MRTD: era.MRTD, RTMR1: strings.Repeat("ee", 48), RTMR2: era.RTMR2}},
+		"wrong RTMR2": {TDXMeasurements: manifest.TDXMeasurements{MRTD: era.MRTD, RTMR1: era.RTMR1, RTMR2: strings.Repeat("ee", 48)}},
+		"wrong MRTD, RTMR1 and RTMR2 not required": {
+			TDXMeasurements: manifest.TDXMeasurements{MRTD: strings.Repeat("ee", 48)}, InsecureAllowUnsetRTMR1RTMR2: true,
+		},
+		"SGX era": {UniqueID: strings.Repeat("ee", 32)},
 	} {
 		if _, err := client.VerifyCoordinator(context.Background(), c.addr, client.VerifyOptions{Verifier: verifier(bad)}); !errors.Is(err, client.ErrEnclaveMismatch) {
 			t.Errorf("%s: %v", name, err)

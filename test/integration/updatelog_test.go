@@ -228,3 +228,79 @@ func verifiedCount(t *testing.T, addr string, root *x509.Certificate, cert tls.C
 	}
 	return v.Checkpoint.Count
 }
+
+// A segment file of the update log taken from another copy of the same
+// state (here: a copy of the seal directory that went on on its own, as a
+// restored backup would) is sealed with the same key and intact, but does
+// not chain with the segments and the state beside it: the Coordinator
+// refuses to serve the log (500, the broken link named in its log) instead
+// of showing the other copy's entries, and --verify fails.
+func TestUpdateLogSplicedSegmentRefused(t *testing.T) {
+	s := newRecoverySetupWith(t, func(f *fixture) {})
+	alice := s.f.users["alice"].cert
+	uploads := func(c *coordinator, n int) {
+		t.Helper()
+		hc := c.client(nil, &alice)
+		for range n {
+			uploadUserKey(t, c, hc)
+		}
+	}
+	// Segment 0 (entries 1-64) is written once the state holds 65 entries.
+	uploads(s.c, 70)
+	if err := s.c.stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	forkDir := t.TempDir()
+	if err := os.CopyFS(forkDir, os.DirFS(s.c.sealDir)); err != nil {
+		t.Fatal(err)
+	}
+	// Both copies go on and write their own segment 1 (entries 65-128).
+	s.c.start()
+	uploads(s.c, 70)
+	if err := s.c.stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	fork := startCoordinator(t, forkDir)
+	uploads(fork, 70)
+	hc := fork.client(nil, nil)
+	expect(t, do(t, hc, http.MethodGet, fork.url("/api/v2/update"), nil), http.StatusOK, "success")
+	if err := fork.stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	seg := func(dir string) string { return filepath.Join(dir, "updatelog", "1") }
+	theirs, err := os.ReadFile(seg(s.c.sealDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := os.ReadFile(seg(forkDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(theirs, mine) {
+		t.Fatal("the copies wrote the same segment 1")
+	}
+	if err := os.WriteFile(seg(forkDir), theirs, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	fork.start()
+	hc = fork.client(nil, nil)
+	r := do(t, hc, http.MethodGet, fork.url("/api/v2/update"), nil)
+	expect(t, r, http.StatusInternalServerError, "error")
+	r = do(t, hc, http.MethodGet, fork.url("/api/v2/update-log?after=100&limit=5"), nil)
+	expect(t, r, http.StatusInternalServerError, "error")
+	logs := fork.Logs()
+	if !strings.Contains(logs, "update log segments do not chain") || !strings.Contains(logs, "segment 1") {
+		t.Fatalf("the Coordinator's log does not name the broken link:\n%s", logs)
+	}
+	// The entries the foreign segment does not touch are still served.
+	expect(t, do(t, hc, http.MethodGet, fork.url("/api/v2/update-log?after=10&limit=5"), nil), http.StatusOK, "success")
+
+	rootFile := filepath.Join(t.TempDir(), "root.pem")
+	if err := os.WriteFile(rootFile, pemCert(s.root), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := logCLI(t, fork, rootFile, "--verify"); code == cli.ExitOK || !strings.Contains(errOut, "does NOT verify") {
+		t.Fatalf("--verify with a foreign segment: exit %d %q %q", code, out, errOut)
+	}
+}

@@ -35,12 +35,13 @@ func checkTEE(res *dcap.Result, pkg manifest.Package) error {
 	return nil
 }
 
-// checkTD compares a verified TD report with a TDX package: Debug with
-// TDATTRIBUTES.DEBUG, then each measurement the package names (hex, any
-// case), the masked attributes and the minimum TEE_TCB_SVN.
+// checkTD compares a verified TD report with a TDX package: Debug with the
+// TD's debug state (any of TDATTRIBUTES bits 7:0, the "TD under debug"
+// group; tdxquote.TDReport.Debug), then each measurement the package names
+// (hex, any case), the masked attributes and the minimum TEE_TCB_SVN.
 func checkTD(r *tdxquote.TDReport, pkg manifest.Package) error {
 	if r.Debug() != pkg.Debug {
-		return fmt.Errorf("%w: TD debug=%v, package Debug=%v", ErrDebug, r.Debug(), pkg.Debug)
+		return fmt.Errorf("%w: TD debug=%v (TDATTRIBUTES %x; any of bits 7:0 makes a debug TD), package Debug=%v", ErrDebug, r.Debug(), r.TDAttributes, pkg.Debug)
 	}
 	for _, m := range []struct {
 		want string

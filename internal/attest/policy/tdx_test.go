@@ -26,6 +26,14 @@ func tdResult(status tcbstatus.Status, advisories ...string) *dcap.Result {
 	return &dcap.Result{Status: status, Advisories: advisories, TDX: &dcap.TDXResult{Report: r}}
 }
 
+// tdAttrs is tdResult(UpToDate) with one more TDATTRIBUTES bit set: bit
+// of byte (the attributes are little-endian, so byte 0 holds bits 7:0).
+func tdAttrs(byteIndex, bit int) *dcap.Result {
+	res := tdResult(tcbstatus.UpToDate)
+	res.TDX.Report.TDAttributes[byteIndex] |= 1 << bit
+	return res
+}
+
 func tdPackage() manifest.Package {
 	return manifest.Package{TDXMeasurements: manifest.TDXMeasurements{
 		MRTD: strings.Repeat("11", 48), RTMR0: strings.Repeat("22", 48),
@@ -57,6 +65,15 @@ func TestTDXCheck(t *testing.T) {
 		{"XFAM differs outside mask", tdResult(tcbstatus.UpToDate), with(func(p *manifest.Package) { p.XFAM = "E702060011000000" }), nil},
 		{"TEE_TCB_SVN below minimum", tdResult(tcbstatus.UpToDate), with(func(p *manifest.Package) { p.MinTEETCBSVN = "07000000000000000000000000000000" }), policy.ErrTEETCBSVN},
 		{"debug package, production TD", tdResult(tcbstatus.UpToDate), with(func(p *manifest.Package) { p.Debug = true }), policy.ErrDebug},
+		// Any of TDATTRIBUTES bits 7:0 (the "TD under debug" group) makes
+		// a debug TD, not only bit 0; the package's mask cannot hide it.
+		{"TDATTRIBUTES bit 0, production package", tdAttrs(0, 0), tdPackage(), policy.ErrDebug},
+		{"TDATTRIBUTES bit 1, production package", tdAttrs(0, 1), tdPackage(), policy.ErrDebug},
+		{"TDATTRIBUTES bit 7, production package", tdAttrs(0, 7), tdPackage(), policy.ErrDebug},
+		{"TDATTRIBUTES bit 3, bits 7:0 outside the mask", tdAttrs(0, 3), with(func(p *manifest.Package) { p.TDAttributesMask = "00FFFFFFFFFFFFFF" }), policy.ErrDebug},
+		{"TDATTRIBUTES bit 1, MRTD-only package", tdAttrs(0, 1), manifest.Package{TDXMeasurements: manifest.TDXMeasurements{MRTD: strings.Repeat("11", 48)}}, policy.ErrDebug},
+		{"TDATTRIBUTES bit 5, debug package", tdAttrs(0, 5), manifest.Package{Debug: true, TDXMeasurements: manifest.TDXMeasurements{MRTD: strings.Repeat("11", 48)}}, nil},
+		{"TDATTRIBUTES bit 8, production package", tdAttrs(1, 0), with(func(p *manifest.Package) { p.TDAttributesMask = "FF00FFFFFFFFFFFF" }), nil},
 		{"OutOfDate refused", tdResult(tcbstatus.OutOfDate), tdPackage(), policy.ErrTCBStatus},
 		{"OutOfDate accepted", tdResult(tcbstatus.OutOfDate), with(func(p *manifest.Package) { p.AcceptedTCBStatuses = []string{"OutOfDate"} }), nil},
 		{"TDRelaunchAdvised refused by default", tdResult(tcbstatus.TDRelaunchAdvised), tdPackage(), policy.ErrTCBStatus},

@@ -83,9 +83,17 @@ type TDReport struct {
 	MRSERVICETD [MeasurementSize]byte
 }
 
-// TD attribute bits.
+// TD attribute bits (Intel TDX Module ABI specification, TDATTRIBUTES).
 const (
-	TDAttributeDebug         = 1 << 0
+	// TDAttributeDebug is bit 0, DEBUG: the host may read and write the
+	// TD's private memory and state.
+	TDAttributeDebug = 1 << 0
+	// TDAttributesDebugGroup are bits 7:0, the "TD under debug" group:
+	// DEBUG and bits reserved for other debug features. A TD with any of
+	// them set is not trustworthy, so any of them makes a debug TD.
+	TDAttributesDebugGroup = 0xff
+	// TDAttributeSEPTVEDisable is bit 28, SEPT_VE_DISABLE: EPT violations
+	// on pending private pages do not raise #VE in the TD.
 	TDAttributeSEPTVEDisable = 1 << 28
 )
 
@@ -95,8 +103,10 @@ func (r *TDReport) TDAttributesValue() uint64 { return binary.LittleEndian.Uint6
 // XFAMValue returns XFAM as a number.
 func (r *TDReport) XFAMValue() uint64 { return binary.LittleEndian.Uint64(r.XFAM[:]) }
 
-// Debug reports whether the TD is a debug TD (TDATTRIBUTES bit 0).
-func (r *TDReport) Debug() bool { return r.TDAttributesValue()&TDAttributeDebug != 0 }
+// Debug reports whether the TD is a debug TD: any bit of the "TD under
+// debug" group (TDATTRIBUTES bits 7:0, TDAttributesDebugGroup) is set, not
+// only DEBUG (bit 0).
+func (r *TDReport) Debug() bool { return r.TDAttributesValue()&TDAttributesDebugGroup != 0 }
 
 // ModuleMajor returns the TDX module's major version (TEE_TCB_SVN[1]).
 func (r *TDReport) ModuleMajor() uint8 { return r.TEETCBSVN[1] }

@@ -128,3 +128,20 @@ func TestParseErrors(t *testing.T) {
 		t.Fatalf("padded: %v, padding %d", err, q.Padding)
 	}
 }
+
+// TestDebugGroup: every bit of TDATTRIBUTES 7:0 (the "TD under debug"
+// group of the TDX Module ABI) makes a debug TD, not only bit 0; bits above
+// (SEPT_VE_DISABLE, PKS, …) do not.
+func TestDebugGroup(t *testing.T) {
+	for bit := range 64 {
+		var r tdxquote.TDReport
+		r.TDAttributes[bit/8] = 1 << (bit % 8)
+		if got, want := r.Debug(), bit < 8; got != want {
+			t.Errorf("TDATTRIBUTES bit %d: Debug() = %v, want %v", bit, got, want)
+		}
+	}
+	var r tdxquote.TDReport
+	if r.Debug() {
+		t.Error("no attribute set: Debug() = true")
+	}
+}
