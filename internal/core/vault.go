@@ -113,6 +113,11 @@ func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, *keyProblem) {
 	var binding []byte
 	if !e.Legacy {
 		binding = e.Binding[:]
+	} else if seal.ProtectsKey(v.sealer) {
+		// The legacy form is the raw data key: in an enclave that is a
+		// key the host wrote, whatever the sealer would make of it
+		// (docs/threat-model.md).
+		return nil, &keyProblem{"sealed_key holds a raw data key (the legacy 32-byte form), which a Coordinator in an enclave never takes from the host's disk", errRawKeyInEnclave}
 	}
 	dek, err := v.sealer.UnsealKey(e.Sealed, binding)
 	if err != nil {
@@ -120,6 +125,10 @@ func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, *keyProblem) {
 	}
 	return dek, nil
 }
+
+// errRawKeyInEnclave: a key sealer that protects the data key found it in
+// clear in the key file.
+var errRawKeyInEnclave = errors.New("a data key stored in clear is not taken under an enclave sealer")
 
 // unsealProblem says why a sealed data key does not unseal.
 func unsealProblem(err error) *keyProblem {
