@@ -423,7 +423,9 @@ type unsaidSealer struct{}
 func (unsaidSealer) SealKey(dek, b []byte, m string) ([]byte, error) {
 	return SimulationKeySealer{}.SealKey(dek, b, m)
 }
-func (unsaidSealer) UnsealKey(s, b []byte) ([]byte, error) { return SimulationKeySealer{}.UnsealKey(s, b) }
+func (unsaidSealer) UnsealKey(s, b []byte) ([]byte, error) {
+	return SimulationKeySealer{}.UnsealKey(s, b)
+}
 
 func TestProtectsKey(t *testing.T) {
 	for _, tc := range []struct {
