@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -123,7 +124,17 @@ func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, *keyProblem) {
 	if err != nil {
 		return nil, unsealProblem(err)
 	}
+	if inClear(v.sealer, e.Sealed, dek) {
+		return nil, &keyProblem{"sealed_key holds the data key in clear, which a Coordinator in an enclave never takes from the host's disk", errRawKeyInEnclave}
+	}
 	return dek, nil
+}
+
+// inClear reports whether a sealer that protects the data key returned
+// the stored bytes themselves: a key in clear, whatever the sealer made of
+// it.
+func inClear(sealer seal.KeySealer, sealed, dek []byte) bool {
+	return seal.ProtectsKey(sealer) && bytes.Equal(sealed, dek)
 }
 
 // errRawKeyInEnclave: a key sealer that protects the data key found it in
