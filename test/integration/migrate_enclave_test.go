@@ -218,3 +218,55 @@ func TestGramineMigrationOptIn(t *testing.T) {
 		checkMigratedAPI(t, c, v)
 	})
 }
+
+// TestGramineRefusesRestoredSimulationBackup: a backup of a Coordinator
+// without an enclave (its data key in clear, known to whoever holds the
+// backup) restored into the enclave's seal directory opens to recovery mode;
+// the data key uploaded without a signature is refused, so the restored root
+// is never served or quoted unless the manifest's recovery keys sign.
+func TestGramineRefusesRestoredSimulationBackup(t *testing.T) {
+	s := newRecoverySetupN(t, 1, func(*fixture) {})
+	file := filepath.Join(t.TempDir(), "sim.qbk")
+	runToolOK(t, "backup", "--seal-dir", s.c.sealDir, "--out", file)
+	s.c.kill()
+	dir := filepath.Join(t.TempDir(), "enclave")
+	runToolOK(t, "restore", "--seal-dir", dir, "--in", file)
+	data, _ := os.ReadFile(filepath.Join(dir, "sealed_data"))
+	key, _ := os.ReadFile(filepath.Join(dir, "sealed_key"))
+
+	h := newEnclaveHost(t)
+	c := startCoordinator(t, dir, append(h.env[:len(h.env):len(h.env)], "QUARRY_ENABLE_V1_RECOVER=1")...)
+	hc := c.client(nil, nil)
+	expectState(t, c, hc, 1, msgRecovery)
+	if !strings.Contains(c.Logs(), "sealed another way") {
+		t.Errorf("the log does not say the key was not sealed by the enclave:\n%s", c.Logs())
+	}
+	// With one recovery key its secret is the data key, which lies in
+	// clear in the backup's sealed_key.
+	secret := s.secrets["key1"]
+	if !bytes.Contains(key, secret) {
+		t.Fatal("the simulation backup does not hold the data key in clear")
+	}
+	r := do(t, hc, http.MethodPost, c.url("/recover"), toInts(secret))
+	expectV1(t, r, http.StatusForbidden, "error")
+	attacker, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, postRecover(t, c, secret, sign(t, attacker, secret)), http.StatusBadRequest, "fail")
+	expectState(t, c, hc, 1, msgRecovery)
+	if fetchRoot(t, c, hc).Equal(s.root) || h.quoted(s.root.Raw) {
+		t.Error("the restored root is served or quoted")
+	}
+	for name, want := range map[string][]byte{"sealed_data": data, "sealed_key": key} {
+		if b, _ := os.ReadFile(filepath.Join(dir, name)); !bytes.Equal(b, want) {
+			t.Errorf("%s was changed", name)
+		}
+	}
+	// The manifest's recovery key recovers it, and the enclave seals it.
+	expect(t, postRecover(t, c, secret, sign(t, s.keys["key1"], secret)), http.StatusOK, "success")
+	expectState(t, c, hc, 3, msgRunning)
+	if b, _ := os.ReadFile(filepath.Join(dir, "sealed_key")); bytes.Contains(b, secret) {
+		t.Error("the data key is still in clear")
+	}
+}
