@@ -2,8 +2,9 @@ package core
 
 // Taking over a MarbleRun Coordinator's sealed state (issue 17,
 // docs/migration.md). A seal directory whose sealed_data is MarbleRun's is
-// opened (with MarbleRun's no-enclave data key from sealed_key, or through
-// MarbleRun's recovery secrets), converted into Quarry's sealed state, and
+// opened (with MarbleRun's no-enclave data key from sealed_key, only when
+// the key sealer does not protect the key, or through MarbleRun's recovery
+// secrets, signed in an enclave), converted into Quarry's sealed state, and
 // written with Quarry's ordinary crash-safe commit under the SAME data key,
 // so MarbleRun's recovery secrets keep working. MarbleRun's files are copied
 // aside first (byte-identical, never deleted); the originals stay in place
