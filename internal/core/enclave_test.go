@@ -14,6 +14,7 @@ import (
 	"crypto/rsa"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/store/etcdstore/etcdtest"
+	"github.com/quarry-cc/quarry/internal/store/storetest"
 )
 
 // recordingIssuer is a quote issuer that remembers every report data it
@@ -466,5 +468,59 @@ func TestEnclaveOnEtcdRefusesPlantedMarbleRunState(t *testing.T) {
 			checkNotServed(t, open(), issuer, p.rootDER, p.rootPEM)
 			stored()
 		})
+	}
+}
+
+// TestEnclaveMigrationThroughRecoveryFaults: the signed recovery is the only
+// way a MarbleRun state enters an enclave, so its migration must survive a
+// failure or crash at each write step (copy aside, key file, blob): a fresh
+// Coordinator then opens the migrated state or migrates again (without the
+// recovery secrets: the key file's entry for MarbleRun's blob is sealed by
+// the enclave), or is in recovery mode as before; it always starts.
+func TestEnclaveMigrationThroughRecoveryFaults(t *testing.T) {
+	v := readVector(t, "single")
+	k := v.recoveryOrder()[0]
+	sealer := cpu(t)
+	for _, mode := range []storetest.FaultMode{storetest.FailBefore, storetest.FailAfter, storetest.CrashBefore, storetest.CrashAfter} {
+		for step := 1; ; step++ {
+			s := v.stores(false)
+			var f storetest.Faults
+			opts := testOptions(s)
+			opts.Data, opts.Key = f.Wrap(s.data), f.Wrap(s.key)
+			opts.KeySealer, opts.MigrateMarbleRun = sealer, MigrateMarbleRunOn
+			c, err := New(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Arm(step, mode, false)
+			_, rerr := c.Recover(context.Background(), v.recSecrets[k], v.sign(t, k, v.recSecrets[k]))
+			if !f.Fired() {
+				if step == 1 {
+					t.Fatal("no write step")
+				}
+				break
+			}
+			t.Run(fmt.Sprintf("%s at %d", mode, step), func(t *testing.T) {
+				if rerr == nil && c.Status() == StateAcceptingMarbles {
+					checkMigrated(t, c, v)
+				}
+				c2 := enclaveCore(t, s, sealer, MigrateMarbleRunOn, nil)
+				switch c2.Status() {
+				case StateAcceptingMarbles:
+					checkMigrated(t, c2, v)
+				case StateRecovery:
+					if rerr == nil {
+						t.Fatal("the recovery answered success, but a restart is in recovery mode")
+					}
+				default:
+					t.Fatalf("state %d", c2.Status())
+				}
+				if !bytes.Equal(load(t, s.data), v.data) {
+					if d, ok := s.data.Aside("memory:marblerun-" + testStamp); !ok || !bytes.Equal(d, v.data) {
+						t.Error("MarbleRun's sealed_data is lost")
+					}
+				}
+			})
+		}
 	}
 }

@@ -266,17 +266,17 @@ func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedDat
 	if from == StateRecovery {
 		// As after any recovery: the key file that could not open the
 		// state is moved aside (MarbleRun's, so it is kept under the
-		// migration's suffix), and the recovered key is not bound to the
-		// MarbleRun blob, so a crash before the commit is in recovery
-		// mode as before.
+		// migration's suffix).
 		if err := c.vault.recovered(ctx, suffix); err != nil {
 			return nil, err
 		}
-	} else {
-		// Bound to the MarbleRun blob too: a crash between the two writes
-		// of the commit opens MarbleRun's blob and migrates again.
-		c.vault.opened(dek, mode)
 	}
+	// The key is bound to the MarbleRun blob too (sealed by this sealer,
+	// after the recovery's checks): a failure or crash between the two
+	// writes of the commit leaves MarbleRun's blob with a key file that
+	// opens it, and the next start migrates again. Without that entry the
+	// key file would belong to another state (ErrMixedFormats).
+	c.vault.opened(dek, mode)
 	if err := c.commit(ctx, st, hdr, dek, mode); !stored(err) {
 		return nil, fmt.Errorf("writing the migrated state: %w", err)
 	}
