@@ -15,6 +15,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/quarry-cc/quarry/internal/config"
+	"github.com/quarry-cc/quarry/internal/core"
 )
 
 const (
@@ -54,6 +55,7 @@ var envPolicy = map[string]envRule{
 	"EDG_COORDINATOR_SEAL_DIR":          {fixed, "/seal"},
 	"EDG_COORDINATOR_DEV_MODE":          {fixed, "0"},
 	"QUARRY_ENABLE_V1_RECOVER":          {fixed, "0"},
+	"QUARRY_MIGRATE_MARBLERUN":          {fixed, "0"},
 	// The Go runtime, sized to the enclave.
 	"GOMAXPROCS": {fixed, "8"},
 	"GOMEMLIMIT": {fixed, "1536MiB"},
@@ -660,6 +662,9 @@ func TestFixedEnvironmentConfiguresGramine(t *testing.T) {
 	}
 	if cfg.SGXRootCA != "" {
 		t.Error("the pinned Intel root is replaced")
+	}
+	if cfg.MigrateMarbleRun != core.MigrateMarbleRunOff {
+		t.Errorf("migrate-marblerun %v, want 0: a MarbleRun state in the host's seal directory may be planted", cfg.MigrateMarbleRun)
 	}
 	if cfg.SealDir != env["EDG_COORDINATOR_SEAL_DIR"] {
 		t.Errorf("seal dir %q, want %q", cfg.SealDir, env["EDG_COORDINATOR_SEAL_DIR"])

@@ -22,6 +22,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/config"
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/metrics"
+	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/server/marbleapi"
 	"github.com/quarry-cc/quarry/internal/server/rest"
@@ -136,6 +137,8 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 		Data:      data,
 		Key:       key,
 		KeySealer: sealer,
+		// A MarbleRun state: see docs/migration.md, "The enclave rule".
+		MigrateMarbleRun: a.cfg.MigrateMarbleRun,
 		// Update log segments beside the state (logstore.go).
 		LogSegments: a.logSegments(),
 		Issuer:      issuer,
@@ -158,8 +161,15 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 		return err
 	}
 	a.initMetrics()
-	if a.cfg.EnableV1Recover {
+	enclave := seal.ProtectsKey(sealer)
+	switch {
+	case a.cfg.EnableV1Recover && enclave:
+		a.log.Warn("the unprefixed v1 POST /recover is enabled (QUARRY_ENABLE_V1_RECOVER), but a Coordinator in an enclave refuses every recovery secret without a signature: use POST /api/v2/recover")
+	case a.cfg.EnableV1Recover:
 		a.log.Warn("the unprefixed v1 POST /recover is enabled: it accepts recovery secrets without a signature (QUARRY_ENABLE_V1_RECOVER)")
+	}
+	if enclave && a.cfg.MigrateMarbleRun == core.MigrateMarbleRunOn {
+		a.log.Warn("migration of MarbleRun states is on in an enclave (QUARRY_MIGRATE_MARBLERUN=1): a MarbleRun sealed_data is migrated only after MarbleRun's signed recovery; a raw data key in sealed_key is never taken")
 	}
 	return a.applyStartupManifest(ctx)
 }

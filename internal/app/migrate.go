@@ -52,7 +52,7 @@ func CheckMigration(ctx context.Context, cfg config.Config, log *slog.Logger, ou
 	if err != nil {
 		return err
 	}
-	rep, err := core.InspectMigration(ctx, data, key, sealer)
+	rep, err := core.InspectMigration(ctx, data, key, sealer, cfg.MigrateMarbleRun)
 	if errors.Is(err, core.ErrNoMarbleRunState) {
 		fmt.Fprintf(out, "%v: nothing to migrate\n", err)
 		return nil
@@ -75,6 +75,9 @@ func writeReport(out io.Writer, dir string, rep core.MigrationReport) {
 			fmt.Fprintf(&b, ", %d shares", rep.RecoveryShares)
 		}
 		b.WriteString("\nA start enters recovery mode (state 1); upload MarbleRun's recovery secrets (marblerun recover / quarry recover) and the state is migrated.\n")
+		if rep.SignedRecoveryOnly {
+			b.WriteString("In an enclave only signed recovery secrets are taken (POST /api/v2/recover), checked against the recovery keys of the manifest inside the state.\n")
+		}
 		b.WriteString("The contents are encrypted: counts are known only after the recovery.\nNothing was written.\n")
 		fmt.Fprint(out, b.String())
 		return

@@ -103,7 +103,7 @@ func (a *App) joinShared(ctx context.Context, sealer seal.KeySealer) error {
 	if a.etcd == nil {
 		return nil
 	}
-	if _, sim := sealer.(seal.SimulationKeySealer); sim {
+	if !seal.ProtectsKey(sealer) {
 		if !a.cfg.Store.InsecurePeerTrust {
 			return errors.New("store etcd without an enclave: the data key would lie unprotected in etcd, so that every instance can read it; set --insecure-peer-trust (QUARRY_INSECURE_PEER_TRUST=1) to allow this for tests, or run under Gramine (see docs/ha.md)")
 		}

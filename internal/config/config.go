@@ -107,6 +107,10 @@ type Config struct {
 	// EnableV1Recover serves the unprefixed POST /recover, which carries
 	// no signature over the recovery secret (decision D11); off by default.
 	EnableV1Recover bool
+	// MigrateMarbleRun says whether a MarbleRun sealed_data is migrated:
+	// auto (the default: without an enclave only), on (under an enclave
+	// too, there only through MarbleRun's signed recovery) or off.
+	MigrateMarbleRun core.MarbleRunMigration
 	// CheckMigration (flag only) makes the coordinator report what a start
 	// would migrate from a MarbleRun seal directory, write nothing, and
 	// exit (docs/migration.md).
@@ -207,6 +211,9 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"under Gramine, keep the data key in clear in sealed_key instead of sealing it with the enclave's sealing key (--insecure-simulated-sealing, or =1 / =0). Anyone with the disk then has every secret; for tests only; a warning is logged at every start [QUARRY_INSECURE_SIMULATED_SEALING]")
 	fs.BoolVar(&c.CheckMigration, "check-migration", false,
 		"dry run: report what a start would migrate from a MarbleRun seal directory (counts of secrets, users, update log entries; whether a recovery is needed), write nothing, and exit: 0 migratable or nothing to migrate, 1 not migratable")
+	migrate := env("QUARRY_MIGRATE_MARBLERUN", "auto")
+	fs.Var((*switchFlag)(&migrate), "migrate-marblerun",
+		"migrate a MarbleRun sealed_data found in the seal directory: auto (the default) migrates without an enclave and never in one; 1 (or the flag alone) migrates in an enclave too, there only after MarbleRun's signed recovery (a raw data key in sealed_key is never taken); 0 never migrates (the state is then unreadable: recovery mode, files untouched) [QUARRY_MIGRATE_MARBLERUN]")
 	v1Recover = env("QUARRY_ENABLE_V1_RECOVER", "0")
 	fs.Var((*switchFlag)(&v1Recover), "enable-v1-recover",
 		"serve the unprefixed v1 POST /recover (--enable-v1-recover, or =1 / =0). Off by default because it carries no signature over the recovery secret, so it does not prove that the uploader holds the recovery key as /api/v2/recover does; enable it only for old clients [QUARRY_ENABLE_V1_RECOVER]")
@@ -272,6 +279,9 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		c.RecoveryTimeout = d
 	}
 	if c.EnableV1Recover, err = parseBool("enable-v1-recover", "QUARRY_ENABLE_V1_RECOVER", v1Recover); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MigrateMarbleRun, err = parseMigration(migrate); err != nil {
 		errs = append(errs, err)
 	}
 	if c.InsecureSimulatedSealing, err = parseBool("insecure-simulated-sealing", "QUARRY_INSECURE_SIMULATED_SEALING", simSealing); err != nil {
@@ -408,6 +418,19 @@ func parseBool(flagName, env, v string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("%s [%s]: %q is not 1 or 0", flagName, env, v)
+}
+
+// parseMigration reads --migrate-marblerun: auto (or empty), 1/true, 0/false.
+func parseMigration(v string) (core.MarbleRunMigration, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "auto", "":
+		return core.MigrateMarbleRunAuto, nil
+	case "1", "true":
+		return core.MigrateMarbleRunOn, nil
+	case "0", "false":
+		return core.MigrateMarbleRunOff, nil
+	}
+	return core.MigrateMarbleRunAuto, fmt.Errorf("migrate-marblerun [QUARRY_MIGRATE_MARBLERUN]: %q is not auto, 1 or 0", v)
 }
 
 // switchFlag is an on/off flag that may be given alone (--flag, meaning 1)

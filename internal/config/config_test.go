@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quarry-cc/quarry/internal/core"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -220,5 +222,44 @@ func TestHardeningSettings(t *testing.T) {
 				t.Fatalf("config = %+v", c)
 			}
 		})
+	}
+}
+
+func TestMigrateMarbleRunSetting(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want core.MarbleRunMigration
+	}{
+		{"auto by default", nil, nil, core.MigrateMarbleRunAuto},
+		{"auto named", map[string]string{"QUARRY_MIGRATE_MARBLERUN": "auto"}, nil, core.MigrateMarbleRunAuto},
+		{"on from the environment", map[string]string{"QUARRY_MIGRATE_MARBLERUN": "1"}, nil, core.MigrateMarbleRunOn},
+		{"off from the environment", map[string]string{"QUARRY_MIGRATE_MARBLERUN": "0"}, nil, core.MigrateMarbleRunOff},
+		{"true and false", map[string]string{"QUARRY_MIGRATE_MARBLERUN": "false"}, nil, core.MigrateMarbleRunOff},
+		{"flag alone", nil, []string{"--migrate-marblerun"}, core.MigrateMarbleRunOn},
+		{"flag wins", map[string]string{"QUARRY_MIGRATE_MARBLERUN": "1"}, []string{"--migrate-marblerun=0"}, core.MigrateMarbleRunOff},
+		{"flag back to auto", map[string]string{"QUARRY_MIGRATE_MARBLERUN": "0"}, []string{"--migrate-marblerun=auto"}, core.MigrateMarbleRunAuto},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(envOf(tc.env), tc.args, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.MigrateMarbleRun != tc.want {
+				t.Fatalf("migrate-marblerun = %v, want %v", c.MigrateMarbleRun, tc.want)
+			}
+		})
+	}
+	_, err := Load(envOf(map[string]string{"QUARRY_MIGRATE_MARBLERUN": "yes"}), nil, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "migrate-marblerun [QUARRY_MIGRATE_MARBLERUN]") || !strings.Contains(err.Error(), `"yes"`) {
+		t.Fatalf("a bad value: %v", err)
+	}
+	var help bytes.Buffer
+	Load(envOf(nil), []string{"--help"}, &help)
+	for _, want := range []string{"-migrate-marblerun", "QUARRY_MIGRATE_MARBLERUN", "signed recovery", "never in one"} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("help does not mention %q", want)
+		}
 	}
 }

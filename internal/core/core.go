@@ -38,8 +38,13 @@ type Options struct {
 	// Data holds the sealed state (sealed_data); Key holds the sealed data
 	// key (sealed_key).
 	Data, Key store.Store
-	// KeySealer seals the data key for Key.
+	// KeySealer seals the data key for Key. Whether it protects the key
+	// (seal.ProtectsKey: an enclave) decides what the Coordinator takes
+	// from the stores in clear (docs/threat-model.md).
 	KeySealer seal.KeySealer
+	// MigrateMarbleRun says whether a MarbleRun sealed_data is migrated
+	// (migrate.go; the zero value: only without an enclave).
+	MigrateMarbleRun MarbleRunMigration
 	// Issuer produces quotes; attest.ErrUnsupported means simulation.
 	Issuer attest.Issuer
 	// AllowQuoteFailure keeps the Coordinator running without a quote when
@@ -326,6 +331,17 @@ func (c *Core) fresh(e event) (*snapshot, error) {
 // enterRecovery starts in recovery mode: fresh in-memory CAs, the stored
 // blobs left exactly as they are.
 func (c *Core) enterRecovery(blob []byte, what string, cause error) (*snapshot, error) {
+	return c.enterRecoveryWith(blob, what, cause, nil)
+}
+
+// enterRecoveryRefused is enterRecovery for a blob that this Coordinator
+// does not recover (refused says why, and what to do): every upload is
+// refused with it; a new manifest still replaces the state (decision D7).
+func (c *Core) enterRecoveryRefused(blob []byte, what string, refused error) (*snapshot, error) {
+	return c.enterRecoveryWith(blob, what, refused, refused)
+}
+
+func (c *Core) enterRecoveryWith(blob []byte, what string, cause, refused error) (*snapshot, error) {
 	if cur := c.snap.Load(); cur != nil && cur.state == StateRecovery && c.recovering != nil && bytes.Equal(c.recovering, blob) {
 		// A reload of the same unreadable blob (a shared store followed
 		// again, e.g. after a failed read): the round in progress, its
@@ -334,10 +350,15 @@ func (c *Core) enterRecovery(blob []byte, what string, cause error) (*snapshot, 
 		return cur, nil
 	}
 	c.unreadable, c.recovering = blob, blob
-	c.rec.start(blob, c.opts.RecoveryTimeout, c.opts.Now)
+	todo := "upload the recovery secrets (POST /api/v2/recover, e.g. with the CLI's recover command), or set a new manifest to start over (the old files are then moved aside, not deleted)"
+	if refused != nil {
+		c.rec.refuse(refused)
+		todo = "see the cause; or set a new manifest to start over (the old files are then moved aside, not deleted)"
+	} else {
+		c.rec.start(blob, c.opts.RecoveryTimeout, c.opts.Now)
+	}
 	c.log.Error("entering recovery mode: "+what+"; the sealed files are left untouched",
-		"cause", cause.Error(),
-		"todo", "upload the recovery secrets (POST /api/v2/recover, e.g. with the CLI's recover command), or set a new manifest to start over (the old files are then moved aside, not deleted)")
+		"cause", cause.Error(), "todo", todo)
 	return c.fresh(eventStartUnreadable)
 }
 

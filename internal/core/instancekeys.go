@@ -115,6 +115,9 @@ func (v *vault) instanceKeyFor(ctx context.Context, raw, blob []byte) ([]byte, *
 	var firstErr error
 	try := func(e seal.InstanceEntry) []byte {
 		dek, err := v.sealer.UnsealKey(e.Sealed, e.KeyID[:])
+		if err == nil && inClear(v.sealer, e.Sealed, dek) {
+			err = errRawKeyInEnclave
+		}
 		if err == nil && !rec.Verify(dek) {
 			err = errors.New("the unsealed key does not match the key record")
 		}

@@ -2,8 +2,9 @@ package core
 
 // Taking over a MarbleRun Coordinator's sealed state (issue 17,
 // docs/migration.md). A seal directory whose sealed_data is MarbleRun's is
-// opened (with MarbleRun's no-enclave data key from sealed_key, or through
-// MarbleRun's recovery secrets), converted into Quarry's sealed state, and
+// opened (with MarbleRun's no-enclave data key from sealed_key, only when
+// the key sealer does not protect the key, or through MarbleRun's recovery
+// secrets, signed in an enclave), converted into Quarry's sealed state, and
 // written with Quarry's ordinary crash-safe commit under the SAME data key,
 // so MarbleRun's recovery secrets keep working. MarbleRun's files are copied
 // aside first (byte-identical, never deleted); the originals stay in place
@@ -41,6 +42,66 @@ var ErrMixedFormats = errors.New("the seal directory holds both formats: MarbleR
 // Coordinator does not start and the MarbleRun files stay as they are.
 var ErrMigration = errors.New("the MarbleRun state cannot be migrated")
 
+// MarbleRunMigration says whether a MarbleRun sealed_data found at start
+// is migrated (docs/migration.md, "The enclave rule").
+type MarbleRunMigration int
+
+const (
+	// MigrateMarbleRunAuto (the default) migrates when the key sealer does
+	// not protect the data key (simulation: the host can read the state
+	// anyway) and never under an enclave.
+	MigrateMarbleRunAuto MarbleRunMigration = iota
+	// MigrateMarbleRunOn migrates under an enclave too, but there only
+	// through MarbleRun's signed recovery: a raw data key in sealed_key is
+	// never taken by an enclave Coordinator.
+	MigrateMarbleRunOn
+	// MigrateMarbleRunOff never migrates: a MarbleRun sealed_data is an
+	// unreadable state (recovery mode, files untouched; its recovery is
+	// refused naming the setting; a new manifest replaces it, decision D7).
+	MigrateMarbleRunOff
+)
+
+// String is the setting's value: auto, 1 or 0.
+func (m MarbleRunMigration) String() string {
+	switch m {
+	case MigrateMarbleRunOn:
+		return "1"
+	case MigrateMarbleRunOff:
+		return "0"
+	}
+	return "auto"
+}
+
+// MigrateMarbleRunSetting names the setting that enables the migration
+// (internal/config).
+const MigrateMarbleRunSetting = "--migrate-marblerun=1 (QUARRY_MIGRATE_MARBLERUN=1)"
+
+// ErrMigrationOff means a MarbleRun state is not migrated because the
+// migration is off (the setting, or its default under an enclave).
+var ErrMigrationOff = errors.New("migrating a MarbleRun state is off")
+
+// migrationOn reports whether a MarbleRun state may be migrated with
+// policy and sealer.
+func migrationOn(policy MarbleRunMigration, sealer seal.KeySealer) bool {
+	switch policy {
+	case MigrateMarbleRunOn:
+		return true
+	case MigrateMarbleRunOff:
+		return false
+	}
+	return !seal.ProtectsKey(sealer)
+}
+
+// migrationOffError says why a MarbleRun state is not migrated and which
+// setting enables the migration.
+func migrationOffError(policy MarbleRunMigration) error {
+	if policy == MigrateMarbleRunOff {
+		return fmt.Errorf("%w (QUARRY_MIGRATE_MARBLERUN=0): sealed_data is a MarbleRun state; start with %s to migrate it", ErrMigrationOff, MigrateMarbleRunSetting)
+	}
+	return fmt.Errorf("%w under an enclave by default: sealed_data is a MarbleRun state, which anyone who can write the seal directory could have planted; "+
+		"start an enclave built with %s to migrate it through MarbleRun's signed recovery (docs/migration.md)", ErrMigrationOff, MigrateMarbleRunSetting)
+}
+
 // isQuarryBlob reports whether blob starts like Quarry's sealed blob
 // (anything else is taken for MarbleRun's sealed_data).
 func isQuarryBlob(blob []byte) bool { return bytes.HasPrefix(blob, []byte(seal.Magic)) }
@@ -57,6 +118,9 @@ type MigrationReport struct {
 	NeedsRecovery bool
 	// Why says why a recovery is needed.
 	Why string
+	// SignedRecoveryOnly: the Coordinator runs in an enclave, so only
+	// signed recovery secrets (POST /api/v2/recover) are taken.
+	SignedRecoveryOnly bool
 	// RecoveryMode is single, xor or shamir (MarbleRun's recovery data);
 	// RecoveryShares the number of share hashes.
 	RecoveryMode   string
@@ -112,6 +176,11 @@ func marbleRunKey(ctx context.Context, key store.Store, sealer seal.KeySealer, b
 		return dek, false, rev, "", nil
 	}
 	if len(b) == 32 || len(b) == 16 {
+		if seal.ProtectsKey(sealer) {
+			// Whoever can write the seal directory could have planted
+			// the state with a key of their choosing (docs/threat-model.md).
+			return nil, true, rev, "sealed_key holds a raw data key, which a Coordinator in an enclave never takes from the host's disk; the state is migrated only after MarbleRun's signed recovery", nil
+		}
 		if sd.Opens(b) {
 			return bytes.Clone(b), true, rev, "", nil
 		}
@@ -123,13 +192,18 @@ func marbleRunKey(ctx context.Context, key store.Store, sealer seal.KeySealer, b
 // loadMarbleRun handles a MarbleRun sealed_data found at start: migrate it
 // now, or enter recovery mode for it.
 func (c *Core) loadMarbleRun(ctx context.Context, blob []byte, sd *marblerun.SealedData) (*snapshot, error) {
+	if !migrationOn(c.opts.MigrateMarbleRun, c.opts.KeySealer) {
+		// Like any state that cannot be opened (decision D7).
+		off := migrationOffError(c.opts.MigrateMarbleRun)
+		return c.enterRecoveryRefused(blob, "sealed_data is a MarbleRun state, which this Coordinator does not migrate", off)
+	}
 	dek, raw, rev, why, err := marbleRunKey(ctx, c.vault.key, c.opts.KeySealer, blob, sd)
 	if err != nil {
 		return nil, err
 	}
 	c.vault.keyRev = rev
 	if dek == nil {
-		c.log.Warn("MarbleRun state found; its data key is not available, so it is migrated after a recovery with MarbleRun's recovery secrets", "why", why)
+		c.log.Warn("MarbleRun state found; its data key is not available, so it is migrated after a recovery with MarbleRun's recovery secrets", "why", why, "signedOnly", seal.ProtectsKey(c.opts.KeySealer))
 		c.unreadable = blob
 		c.rec.startMarbleRun(sd, c.opts.RecoveryTimeout, c.opts.Now)
 		c.log.Error("entering recovery mode: "+why+"; the MarbleRun files are left untouched",
@@ -192,17 +266,17 @@ func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedDat
 	if from == StateRecovery {
 		// As after any recovery: the key file that could not open the
 		// state is moved aside (MarbleRun's, so it is kept under the
-		// migration's suffix), and the recovered key is not bound to the
-		// MarbleRun blob, so a crash before the commit is in recovery
-		// mode as before.
+		// migration's suffix).
 		if err := c.vault.recovered(ctx, suffix); err != nil {
 			return nil, err
 		}
-	} else {
-		// Bound to the MarbleRun blob too: a crash between the two writes
-		// of the commit opens MarbleRun's blob and migrates again.
-		c.vault.opened(dek, mode)
 	}
+	// The key is bound to the MarbleRun blob too (sealed by this sealer,
+	// after the recovery's checks): a failure or crash between the two
+	// writes of the commit leaves MarbleRun's blob with a key file that
+	// opens it, and the next start migrates again. Without that entry the
+	// key file would belong to another state (ErrMixedFormats).
+	c.vault.opened(dek, mode)
 	if err := c.commit(ctx, st, hdr, dek, mode); !stored(err) {
 		return nil, fmt.Errorf("writing the migrated state: %w", err)
 	}
@@ -423,11 +497,12 @@ func recoveryKeys(m *manifest.Manifest) map[string]*rsa.PublicKey {
 }
 
 // InspectMigration is the dry run of a migration: it reads (never writes)
-// the stores and reports what a start would migrate. It returns
-// ErrNoMarbleRunState when the stores hold no MarbleRun state (nothing, or
-// Quarry's), ErrMixedFormats, or an error wrapping ErrMigration when the
-// state decrypts but cannot be migrated.
-func InspectMigration(ctx context.Context, data, key store.Store, sealer seal.KeySealer) (MigrationReport, error) {
+// the stores and reports what a start with sealer and policy would
+// migrate. It returns ErrNoMarbleRunState when the stores hold no MarbleRun
+// state (nothing, or Quarry's), an error wrapping ErrMigrationOff when the
+// migration is off, ErrMixedFormats, or an error wrapping ErrMigration when
+// the state decrypts but cannot be migrated.
+func InspectMigration(ctx context.Context, data, key store.Store, sealer seal.KeySealer, policy MarbleRunMigration) (MigrationReport, error) {
 	var rep MigrationReport
 	blob, _, err := data.Load(ctx)
 	if errors.Is(err, store.ErrNotFound) {
@@ -443,6 +518,10 @@ func InspectMigration(ctx context.Context, data, key store.Store, sealer seal.Ke
 	if err != nil {
 		return rep, fmt.Errorf("sealed_data is neither Quarry's sealed state nor MarbleRun's (truncated or damaged?): %w", err)
 	}
+	if !migrationOn(policy, sealer) {
+		return rep, migrationOffError(policy)
+	}
+	rep.SignedRecoveryOnly = seal.ProtectsKey(sealer)
 	dek, _, _, why, err := marbleRunKey(ctx, key, sealer, blob, sd)
 	if err != nil {
 		return rep, err

@@ -34,7 +34,7 @@ func TestMigrateLegacyDataKeyRefused(t *testing.T) {
 		s.key.Save(ctx, key, "")
 		_, err := migrateCore(t, s)
 		checkLegacyRefusal(t, err)
-		_, err = InspectMigration(ctx, s.data, s.key, seal.SimulationKeySealer{})
+		_, err = InspectMigration(ctx, s.data, s.key, seal.SimulationKeySealer{}, MigrateMarbleRunAuto)
 		checkLegacyRefusal(t, err)
 		unchanged(t, s, data, key)
 		if _, ok := s.data.Aside("memory:marblerun-" + testStamp); ok {

@@ -38,7 +38,7 @@ func migratePending(t *testing.T, legacy bool) (*Core, stores, *mrVector, *marbl
 	s.data.Save(context.Background(), ps.Data, "")
 	s.key.Save(context.Background(), v.key, "")
 	// The dry run reports it.
-	if rep, err := InspectMigration(context.Background(), s.data, s.key, seal.SimulationKeySealer{}); err != nil || !rep.PendingUpdate {
+	if rep, err := InspectMigration(context.Background(), s.data, s.key, seal.SimulationKeySealer{}, MigrateMarbleRunAuto); err != nil || !rep.PendingUpdate {
 		t.Fatalf("dry run: %+v %v", rep, err)
 	}
 	c, err := migrateCore(t, s)

@@ -180,7 +180,7 @@ func TestMigrateBothFormats(t *testing.T) {
 		t.Fatalf("both formats: %v", err)
 	}
 	unchanged(t, s, v.data, quarryKey)
-	if _, err := InspectMigration(context.Background(), s.data, s.key, seal.SimulationKeySealer{}); !errors.Is(err, ErrMixedFormats) {
+	if _, err := InspectMigration(context.Background(), s.data, s.key, seal.SimulationKeySealer{}, MigrateMarbleRunAuto); !errors.Is(err, ErrMixedFormats) {
 		t.Fatalf("dry run: %v", err)
 	}
 }
@@ -266,7 +266,7 @@ func TestMigrateProductionTDXPackageWithoutKernel(t *testing.T) {
 func TestInspectMigration(t *testing.T) {
 	v := readVector(t, "single")
 	s := v.stores(true)
-	rep, err := InspectMigration(context.Background(), s.data, s.key, seal.SimulationKeySealer{})
+	rep, err := InspectMigration(context.Background(), s.data, s.key, seal.SimulationKeySealer{}, MigrateMarbleRunAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func TestInspectMigration(t *testing.T) {
 	}
 	unchanged(t, s, v.data, v.key)
 	s = v.stores(false)
-	if rep, err = InspectMigration(context.Background(), s.data, s.key, seal.SimulationKeySealer{}); err != nil || !rep.NeedsRecovery {
+	if rep, err = InspectMigration(context.Background(), s.data, s.key, seal.SimulationKeySealer{}, MigrateMarbleRunAuto); err != nil || !rep.NeedsRecovery {
 		t.Errorf("without a key: %+v, %v", rep, err)
 	}
 }

@@ -65,6 +65,13 @@ func (r *recoveryRound) start(blob []byte, ttl time.Duration, now func() time.Ti
 	r.progress.Store(&roundProgress{collector: r.collector, need: hdr.Recovery.Threshold})
 }
 
+// refuse prepares a round that refuses every upload with why.
+func (r *recoveryRound) refuse(why error) {
+	r.collector, r.shares, r.marbleRun = nil, nil, nil
+	r.progress.Store(nil)
+	r.cannot = why
+}
+
 // roundProgress is what RecoverySharesAccepted reads.
 type roundProgress struct {
 	collector *recovery.Collector
@@ -163,9 +170,14 @@ func (c *Core) Recover(ctx context.Context, secret, signature []byte) (RecoverRe
 	return c.recover(ctx, secret, signature, true)
 }
 
+// errUnsignedInEnclave refuses an unsigned recovery secret in an enclave.
+var errUnsignedInEnclave = errors.New("a Coordinator in an enclave takes recovery secrets only with the recovery key's signature: " +
+	"upload them with POST /api/v2/recover (marblerun recover, quarry recover)")
+
 // RecoverUnsigned is Recover for the unprefixed API, whose request carries
 // the plain secret without a signature (decision D11). The secret must still
-// be one of the sealed state's shares.
+// be one of the sealed state's shares. A Coordinator whose key sealer
+// protects the data key (an enclave) refuses it with ErrForbidden.
 func (c *Core) RecoverUnsigned(ctx context.Context, secret []byte) (RecoverResult, error) {
 	return c.recover(ctx, secret, nil, false)
 }
@@ -180,6 +192,13 @@ func (c *Core) recoverOnce(ctx context.Context, secret, signature []byte, signed
 	r := &c.rec
 	if r.cannot != nil {
 		return RecoverResult{}, classify(ErrConflict, fmt.Errorf("the sealed state cannot be recovered: %w; set a new manifest to start over (the old files are kept)", r.cannot))
+	}
+	if !signed && seal.ProtectsKey(c.opts.KeySealer) {
+		// Without a signature a share is checked only against the
+		// blob's clear header (or MarbleRun's clear recovery data), which
+		// whoever can write the stores may have planted together with a
+		// state of their choosing (docs/threat-model.md).
+		return RecoverResult{}, classify(ErrForbidden, errUnsignedInEnclave)
 	}
 	if !recovery.IsPlainSecretLength(len(secret)) {
 		r.ephMu.Lock()

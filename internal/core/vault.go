@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -117,13 +118,32 @@ func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, *keyProblem) {
 	var binding []byte
 	if !e.Legacy {
 		binding = e.Binding[:]
+	} else if seal.ProtectsKey(v.sealer) {
+		// The legacy form is the raw data key: in an enclave that is a
+		// key the host wrote, whatever the sealer would make of it
+		// (docs/threat-model.md).
+		return nil, &keyProblem{"sealed_key holds a raw data key (the legacy 32-byte form), which a Coordinator in an enclave never takes from the host's disk", errRawKeyInEnclave}
 	}
 	dek, err := v.sealer.UnsealKey(e.Sealed, binding)
 	if err != nil {
 		return nil, unsealProblem(err)
 	}
+	if inClear(v.sealer, e.Sealed, dek) {
+		return nil, &keyProblem{"sealed_key holds the data key in clear, which a Coordinator in an enclave never takes from the host's disk", errRawKeyInEnclave}
+	}
 	return dek, nil
 }
+
+// inClear reports whether a sealer that protects the data key returned
+// the stored bytes themselves: a key in clear, whatever the sealer made of
+// it.
+func inClear(sealer seal.KeySealer, sealed, dek []byte) bool {
+	return seal.ProtectsKey(sealer) && bytes.Equal(sealed, dek)
+}
+
+// errRawKeyInEnclave: a key sealer that protects the data key found it in
+// clear in the key file.
+var errRawKeyInEnclave = errors.New("a data key stored in clear is not taken under an enclave sealer")
 
 // unsealProblem says why a sealed data key does not unseal.
 func unsealProblem(err error) *keyProblem {

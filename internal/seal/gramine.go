@@ -67,6 +67,10 @@ type GramineKeySealer struct {
 
 var _ KeySealer = GramineKeySealer{}
 
+// ProtectsKey is true: only an enclave with the same sealing key opens or
+// makes a sealed key.
+func (GramineKeySealer) ProtectsKey() bool { return true }
+
 // SealKey wraps dek under the sealing key of mode (ProductKey: MRSIGNER,
 // UniqueKey: MRENCLAVE; "" is ProductKey), bound to binding.
 func (g GramineKeySealer) SealKey(dek, binding []byte, mode string) ([]byte, error) {

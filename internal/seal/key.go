@@ -17,6 +17,26 @@ type KeySealer interface {
 	UnsealKey(sealed, binding []byte) ([]byte, error)
 }
 
+// KeyProtection is implemented by a KeySealer that says whether it protects
+// the data key from whoever can read and write the stores (the host's disk,
+// etcd). Ask it through ProtectsKey.
+type KeyProtection interface {
+	// ProtectsKey reports whether only this sealer (an enclave) can make
+	// and open what it stores: then nothing the stores hold in clear may
+	// decide the data key or the state (docs/threat-model.md).
+	ProtectsKey() bool
+}
+
+// ProtectsKey reports whether s protects the data key. A sealer that does
+// not implement KeyProtection is taken to protect it, so that the stricter
+// rules of an enclave Coordinator apply unless a sealer says otherwise.
+func ProtectsKey(s KeySealer) bool {
+	if p, ok := s.(KeyProtection); ok {
+		return p.ProtectsKey()
+	}
+	return true
+}
+
 // SimulationKeySealer is the KeySealer without an enclave: the sealed key IS
 // the raw 32-byte data key, as MarbleRun's no-enclave sealed_key file, and
 // the binding is not authenticated (the blob's own AES-GCM tag still fails
@@ -25,6 +45,9 @@ type KeySealer interface {
 type SimulationKeySealer struct{}
 
 var _ KeySealer = SimulationKeySealer{}
+
+// ProtectsKey is false: the key file holds the data key in clear.
+func (SimulationKeySealer) ProtectsKey() bool { return false }
 
 // SealKey returns a copy of dek, which must be KeySize bytes (else ErrKeySize).
 func (SimulationKeySealer) SealKey(dek, _ []byte, _ string) ([]byte, error) {

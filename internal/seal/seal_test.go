@@ -415,3 +415,32 @@ func BenchmarkSealOpen(b *testing.B) {
 		})
 	}
 }
+
+// unsaidSealer is a KeySealer that does not say whether it protects the key
+// (it stores the key in clear, as the simulation sealer does).
+type unsaidSealer struct{}
+
+func (unsaidSealer) SealKey(dek, b []byte, m string) ([]byte, error) {
+	return SimulationKeySealer{}.SealKey(dek, b, m)
+}
+func (unsaidSealer) UnsealKey(s, b []byte) ([]byte, error) {
+	return SimulationKeySealer{}.UnsealKey(s, b)
+}
+
+func TestProtectsKey(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		sealer KeySealer
+		want   bool
+	}{
+		{"simulation", SimulationKeySealer{}, false},
+		{"gramine", GramineKeySealer{Dir: t.TempDir()}, true},
+		// Anything that does not say otherwise is treated as an enclave.
+		{"a sealer that does not say", unsaidSealer{}, true},
+		{"nil", nil, true},
+	} {
+		if got := ProtectsKey(tc.sealer); got != tc.want {
+			t.Errorf("%s: ProtectsKey = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
