@@ -66,7 +66,9 @@ func TestRetryable(t *testing.T) {
 // it answers, else at the members that answer.
 func TestChoose(t *testing.T) {
 	eps := []string{"a", "b", "c"}
-	ok := func(id, leader, term uint64) memberStatus { return memberStatus{ok: true, id: id, leader: leader, term: term} }
+	ok := func(id, leader, term uint64) memberStatus {
+		return memberStatus{ok: true, id: id, leader: leader, term: term}
+	}
 	for _, tc := range []struct {
 		name string
 		st   []memberStatus
@@ -85,4 +87,3 @@ func TestChoose(t *testing.T) {
 		}
 	}
 }
-
