@@ -195,7 +195,7 @@ func (c *linClient) call(hc *http.Client, n *haNode, method, path string, body [
 		return 0, jsend{}
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20)) // the update log grows with the run
 	var env jsend
 	if err != nil || json.Unmarshal(raw, &env) != nil {
 		return 0, jsend{}
