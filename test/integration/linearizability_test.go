@@ -34,7 +34,7 @@ var (
 	haMaxOps   = flag.Int("ha.maxops", 100000, "at most this many operations per client in TestLinearizability")
 	// The done-when fault run (TestHAChaos).
 	haChaos      = flag.Duration("ha.chaos", 20*time.Second, "how long TestHAChaos injects faults before the all-kill and the quorum loss")
-	haQuorumLoss = flag.Duration("ha.quorumloss", 6*time.Second, "how long TestHAChaos keeps two of the three etcd members down")
+	haQuorumLoss = flag.Duration("ha.quorumloss", 10*time.Second, "how long TestHAChaos keeps two of the three etcd members down")
 	haAssertDB   = flag.Bool("ha.assert-db-size", false, "TestHAChaos: fail when an etcd member's database ends above 48 MiB (switch on once etcd compaction is in)")
 )
 
@@ -794,15 +794,18 @@ func TestHAChaos(t *testing.T) {
 	r := runLinearizability(t, "fault run", nodes, seed, plan)
 	logRestart(t, plan)
 
-	// No 500 at any time; 503 within the store timeout while the quorum
-	// is lost. The first requests of the loss may still wait for a write
-	// under way (the write's own timeout, then its read-back's):
-	// requests sent from one election timeout and two store timeouts on
-	// are held to the bound.
+	// No 500 at any time; 503 while the quorum is lost. The first
+	// requests of the loss may still wait for a write under way (the
+	// write's own timeout, then its read-back's): requests sent from two
+	// store timeouts and a second on are held to the bound. The bound is
+	// one store timeout over a connection the client had, two over a new
+	// one (its TLS handshake waits for a sync first, docs/ha.md): the
+	// test's clients open new connections after lost answers, so it
+	// allows two and counts those over one.
 	const storeTimeout = 2 * time.Second // the default --store-timeout
 	grace := plan.qlFrom.Add(2*storeTimeout + time.Second)
 	var slowest, slowestLate time.Duration
-	n503, late := 0, 0
+	n503, late, overOne := 0, 0, 0
 	for _, c := range r.calls {
 		if c.code == http.StatusInternalServerError {
 			t.Errorf("%s at %v: HTTP 500", c.in.Op, c.start.Sub(r.t0).Round(time.Millisecond))
@@ -823,15 +826,17 @@ func TestHAChaos(t *testing.T) {
 		switch {
 		case c.code != http.StatusServiceUnavailable:
 			t.Errorf("%s sent %v into the quorum loss: HTTP %d (0: no answer within 5 s), want 503", c.in.Op, c.start.Sub(plan.qlFrom).Round(time.Millisecond), c.code)
-		case lat > storeTimeout+time.Second:
-			t.Errorf("%s sent %v into the quorum loss: 503 after %v, want within the store timeout (%v)", c.in.Op, c.start.Sub(plan.qlFrom).Round(time.Millisecond), lat.Round(time.Millisecond), storeTimeout)
+		case lat > 2*storeTimeout+time.Second:
+			t.Errorf("%s sent %v into the quorum loss: 503 after %v, want within twice the store timeout (%v)", c.in.Op, c.start.Sub(plan.qlFrom).Round(time.Millisecond), lat.Round(time.Millisecond), storeTimeout)
+		case lat > storeTimeout+500*time.Millisecond:
+			overOne++
 		}
 	}
 	if late == 0 && plan.quorumLoss > 2*storeTimeout+2*time.Second {
 		t.Errorf("no request was sent during the quorum loss")
 	}
-	t.Logf("quorum lost for %v: %d answers 503, the slowest after %v; %d requests sent after the first %v, the slowest answered after %v",
-		plan.quorumLoss, n503, slowest.Round(time.Millisecond), late, grace.Sub(plan.qlFrom), slowestLate.Round(time.Millisecond))
+	t.Logf("quorum lost for %v: %d answers 503, the slowest after %v; %d requests sent after the first %v, the slowest answered after %v, %d after more than the store timeout",
+		plan.quorumLoss, n503, slowest.Round(time.Millisecond), late, grace.Sub(plan.qlFrom), slowestLate.Round(time.Millisecond), overOne)
 
 	for i := range procs.Size() {
 		st, err := procs.Status(i)
