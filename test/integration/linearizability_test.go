@@ -797,11 +797,12 @@ func TestHAChaos(t *testing.T) {
 	// No 500 at any time; 503 while the quorum is lost. The first
 	// requests of the loss may still wait for a write under way (the
 	// write's own timeout, then its read-back's): requests sent from two
-	// store timeouts and a second on are held to the bound. The bound is
-	// one store timeout over a connection the client had, two over a new
-	// one (its TLS handshake waits for a sync first, docs/ha.md): the
-	// test's clients open new connections after lost answers, so it
-	// allows two and counts those over one.
+	// store timeouts and a second on are held to the bound of one store
+	// timeout. Over a new connection the TLS handshake waits for a sync
+	// first, and the request after it is refused at once because that
+	// sync just failed (docs/ha.md); the test allows a second over the
+	// store timeout for the handshakes themselves under -race and counts
+	// the answers over half a second more.
 	const storeTimeout = 2 * time.Second // the default --store-timeout
 	grace := plan.qlFrom.Add(2*storeTimeout + time.Second)
 	var slowest, slowestLate time.Duration
@@ -826,8 +827,8 @@ func TestHAChaos(t *testing.T) {
 		switch {
 		case c.code != http.StatusServiceUnavailable:
 			t.Errorf("%s sent %v into the quorum loss: HTTP %d (0: no answer within 5 s), want 503", c.in.Op, c.start.Sub(plan.qlFrom).Round(time.Millisecond), c.code)
-		case lat > 2*storeTimeout+time.Second:
-			t.Errorf("%s sent %v into the quorum loss: 503 after %v, want within twice the store timeout (%v)", c.in.Op, c.start.Sub(plan.qlFrom).Round(time.Millisecond), lat.Round(time.Millisecond), storeTimeout)
+		case lat > storeTimeout+time.Second:
+			t.Errorf("%s sent %v into the quorum loss: 503 after %v, want within the store timeout (%v, and 1 s for the handshake)", c.in.Op, c.start.Sub(plan.qlFrom).Round(time.Millisecond), lat.Round(time.Millisecond), storeTimeout)
 		case lat > storeTimeout+500*time.Millisecond:
 			overOne++
 		}
