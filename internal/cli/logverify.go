@@ -76,14 +76,15 @@ func (a *app) verifyLog(f logVerifyFlags, get func(since *client.LogCheckpoint) 
 		return a.printJSON(sum)
 	}
 	if since != nil {
-		a.printf("update log verified: it extends the saved checkpoint (%d entries) by %s, to %d entries\n", since.Count, plural(int(sum.Entries), "entry"), v.Checkpoint.Count)
+		a.printf("update log verified: it extends the saved checkpoint (%s) by %s, to %s\n",
+			plural(since.Count, "entry", "entries"), plural(sum.Entries, "entry", "entries"), plural(v.Checkpoint.Count, "entry", "entries"))
 	} else {
-		a.printf("update log verified: %s\n", plural(int(sum.Entries), "entry"))
+		a.printf("update log verified: %s\n", plural(sum.Entries, "entry", "entries"))
 	}
 	if sum.FirstTime != "" {
 		a.printf("first entry: %s\nlast entry:  %s\n", sum.FirstTime, sum.LastTime)
 	}
-	a.printf("checkpoint: %d entries, head %s, signed %s by the pinned root\n", v.Checkpoint.Count, v.Checkpoint.Head, v.Checkpoint.Time)
+	a.printf("checkpoint: %s, head %s, signed %s by the pinned root\n", plural(v.Checkpoint.Count, "entry", "entries"), v.Checkpoint.Head, v.Checkpoint.Time)
 	if len(sum.Fingerprints) > 0 {
 		a.printf("manifest fingerprints seen:\n  %s\n", strings.Join(sum.Fingerprints, "\n  "))
 	}

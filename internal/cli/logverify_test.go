@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/quarry-cc/quarry/client"
+)
+
+// verifiedLog is a verified log of n entries after from (the records are
+// only counted by the summary; their hashes are not looked at here).
+func verifiedLog(from, n uint64) *client.VerifiedLog {
+	v := &client.VerifiedLog{From: client.LogHead{Count: from}, Checkpoint: client.LogCheckpoint{Count: from + n, Time: "2026-01-02T03:04:05.678Z"}}
+	for i := range n {
+		v.Records = append(v.Records, client.LogRecord{Seq: from + i + 1, Entry: fmt.Sprintf(`{"time":"2026-01-02T03:04:05.%03dZ","update":"Secret set"}`, i%1000)})
+	}
+	return v
+}
+
+// The summary counts entries in English: "1 entry", "1142 entries", never
+// "entrys", also for the saved checkpoint and the checkpoint line.
+func TestVerifyLogPlurals(t *testing.T) {
+	dir := t.TempDir()
+	saved := func(count uint64) string {
+		p := filepath.Join(dir, fmt.Sprintf("cp-%d.json", count))
+		b, _ := json.Marshal(client.LogCheckpoint{Count: count, Time: "2026-01-02T03:04:05.678Z"})
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name  string
+		flags logVerifyFlags
+		log   *client.VerifiedLog
+		want  []string
+	}{
+		{"many", logVerifyFlags{verify: true}, verifiedLog(0, 1142),
+			[]string{"update log verified: 1142 entries\n", "checkpoint: 1142 entries, head "}},
+		{"one", logVerifyFlags{verify: true}, verifiedLog(0, 1),
+			[]string{"update log verified: 1 entry\n", "checkpoint: 1 entry, head "}},
+		{"since one, by one", logVerifyFlags{verify: true, sinceFile: saved(1)}, verifiedLog(1, 1),
+			[]string{"it extends the saved checkpoint (1 entry) by 1 entry, to 2 entries\n"}},
+		{"since many, by many", logVerifyFlags{verify: true, sinceFile: saved(1142)}, verifiedLog(1142, 3),
+			[]string{"it extends the saved checkpoint (1142 entries) by 3 entries, to 1145 entries\n"}},
+		{"since many, by none", logVerifyFlags{verify: true, sinceFile: saved(7)}, verifiedLog(7, 0),
+			[]string{"it extends the saved checkpoint (7 entries) by 0 entries, to 7 entries\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			a := &app{out: &out, errw: &out}
+			err := a.verifyLog(tc.flags, func(*client.LogCheckpoint) (*client.VerifiedLog, error) { return tc.log, nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+			if strings.Contains(out.String(), "entrys") {
+				t.Errorf("output says \"entrys\":\n%s", out.String())
+			}
+		})
+	}
+}
+
+func TestPlural(t *testing.T) {
+	for _, tc := range []struct {
+		got, want string
+	}{
+		{plural(0, "entry", "entries"), "0 entries"},
+		{plural(1, "entry", "entries"), "1 entry"},
+		{plural(uint64(2), "entry", "entries"), "2 entries"},
+		{plural(1, "secret", "secrets"), "1 secret"},
+		{plural(3, "acknowledgement", "acknowledgements"), "3 acknowledgements"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
