@@ -64,8 +64,8 @@ func (c Checkpoint) Verify(root *x509.Certificate) error {
 	if !ok {
 		return fmt.Errorf("%w: the root certificate has no ECDSA key", ErrCheckpointSignature)
 	}
-	if _, err := time.Parse(TimeFormat, c.Time); err != nil {
-		return fmt.Errorf("%w: bad time %q", ErrCheckpointSignature, c.Time)
+	if t, err := time.Parse(TimeFormat, c.Time); err != nil || t.UTC().Format(TimeFormat) != c.Time {
+		return fmt.Errorf("%w: bad time %q (the form is 2006-01-02T15:04:05.000Z: UTC, milliseconds)", ErrCheckpointSignature, c.Time)
 	}
 	digest := sha256.Sum256(c.SignedBytes())
 	if !ecdsa.VerifyASN1(pub, digest[:], c.Signature) {
