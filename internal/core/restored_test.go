@@ -171,7 +171,6 @@ func TestRestoreRecordedAtNextStart(t *testing.T) {
 	}
 }
 
-
 // A marker the host wrote is trusted no further than it can be checked: a
 // marker for another sealed_data records nothing and is set aside; a
 // replaced checkpoint not signed by this root is recorded as unknown; one
