@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -56,7 +57,7 @@ func (a *app) verifyLog(f logVerifyFlags, get func(since *client.LogCheckpoint) 
 	}
 	v, err := get(since)
 	if err != nil {
-		return fmt.Errorf("the update log does NOT verify: %w", err)
+		return logFailure(err)
 	}
 	sum := summarize(v)
 	if since != nil {
@@ -112,4 +113,30 @@ func summarize(v *client.VerifiedLog) logSummary {
 		}
 	}
 	return sum
+}
+
+// logVerifyError is a failed check of the update log: it exits with
+// ExitVerification (it wraps client.ErrVerification).
+type logVerifyError struct {
+	what string
+	err  error
+}
+
+func (e logVerifyError) Error() string   { return e.what + ": " + e.err.Error() }
+func (e logVerifyError) Unwrap() []error { return []error{client.ErrVerification, e.err} }
+
+// logFailure names a failure of manifest log --verify: a log that does not
+// extend the saved checkpoint (a recorded restore from a backup says so
+// first) or a log that does not verify exit with ExitVerification;
+// anything else (the network, the Coordinator's refusal) with its own code.
+func logFailure(err error) error {
+	switch {
+	case errors.Is(err, client.ErrLogRestored), errors.Is(err, client.ErrCheckpointNotExtends):
+		return logVerifyError{"the update log does NOT extend the saved checkpoint", err}
+	case errors.Is(err, client.ErrLogEntryAltered), errors.Is(err, client.ErrLogEntryMissing),
+		errors.Is(err, client.ErrLogEntriesReordered), errors.Is(err, client.ErrLogHeadMismatch),
+		errors.Is(err, client.ErrCheckpointSignature):
+		return logVerifyError{"the update log does NOT verify", err}
+	}
+	return fmt.Errorf("the update log does NOT verify: %w", err)
 }

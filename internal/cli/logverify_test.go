@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quarry-cc/quarry/api/logchain"
 	"github.com/quarry-cc/quarry/client"
 )
 
@@ -83,5 +84,40 @@ func TestPlural(t *testing.T) {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
 		}
+	}
+}
+
+// A log that does not verify, or does not extend the saved checkpoint,
+// exits with ExitVerification and says which; a restore recorded in the
+// log is named first. A failure of the Coordinator keeps its own code.
+func TestVerifyLogFailures(t *testing.T) {
+	restored := &client.LogRestoredError{Exact: true, Saved: client.LogCheckpoint{Count: 15},
+		Restore: logchain.RestoreRecord{Seq: 11, RestoredCount: 10, ReplacedState: logchain.ReplacedCheckpoint, Replaced: &client.LogCheckpoint{Count: 15}}}
+	for _, tc := range []struct {
+		name string
+		err  error
+		code int
+		want string
+	}{
+		{"restored", restored, ExitVerification,
+			"the update log does NOT extend the saved checkpoint: update log restored from a backup: the log was restored from a backup at entry 10, discarding entries 11..15 of your checkpoint"},
+		{"not extended", fmt.Errorf("%w: the log has 3 entries, the saved checkpoint 5", client.ErrCheckpointNotExtends), ExitVerification,
+			"the update log does NOT extend the saved checkpoint: update log checkpoint does not extend"},
+		{"altered", fmt.Errorf("%w: entry 4 does not chain from entry 3", client.ErrLogEntryAltered), ExitVerification,
+			"the update log does NOT verify: update log entry altered"},
+		{"bad signature", client.ErrCheckpointSignature, ExitVerification, "the update log does NOT verify: "},
+		{"server error", &client.Error{HTTPStatus: 500, Status: "error", Message: "the stored update log is damaged"}, ExitFailure, "the update log does NOT verify: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			a := &app{out: &out, errw: &out}
+			err := a.verifyLog(logVerifyFlags{verify: true}, func(*client.LogCheckpoint) (*client.VerifiedLog, error) { return nil, tc.err })
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			if got := exitCode(runError{err}); got != tc.code {
+				t.Fatalf("exit code %d, want %d", got, tc.code)
+			}
+		})
 	}
 }
