@@ -133,3 +133,20 @@ func restoredAt15(t *testing.T, saved *logchain.Checkpoint) []logchain.Record {
 	recs := logchain.Chain(logchain.Head{}, es)
 	return logchain.Chain(logchain.Head{}, append(es, restoreEntry(t, logchain.Head{Count: 15, Hash: recs[14].Hash}, "checkpoint", saved)))
 }
+
+// The test vectors of docs/update-log.md (computed there independently of
+// this package).
+func TestDocumentedVectors(t *testing.T) {
+	h := logchain.Head{}.Append(`{"time":"2026-01-01T00:00:00.000Z","update":"Initial manifest set"}`)
+	if h.Hash.String() != "3342727169184defecc5cb2fcaa085fb5580bcfdfc03459742fa72e8bfb19c74" {
+		t.Fatalf("hash(1) %s", h.Hash)
+	}
+	h = h.Append(`{"time":"2026-01-01T00:00:01.000Z","update":"Secret set","user":"alice","secret":"café","type":"plain"}`)
+	if h.Hash.String() != "e89bb0790426987b93e6bc257f1db967f3cea9fcd62cc15e9cbeb63f24ed06fd" {
+		t.Fatalf("hash(2) %s", h.Hash)
+	}
+	sb := logchain.Checkpoint{Count: 2, Head: h.Hash, Time: "2026-01-01T00:00:02.000Z"}.SignedBytes()
+	if d := sha256.Sum256(sb); len(sb) != 140 || fmt.Sprintf("%x", d) != "345ebd74c90c27abda49b123b03f62b2a7e25f3ee6dd80b2cac368eb9f65a9be" {
+		t.Fatalf("signed bytes %q", sb)
+	}
+}
