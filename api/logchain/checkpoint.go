@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// Checkpoint is a head signed by the Coordinator's root key (behaviour.md
-// §9) when the log changed: the signature is ECDSA (ASN.1) over
-// SHA-256(SignedBytes()), verifiable with the root certificate a client
-// pinned.
+// Checkpoint is a head signed by the Coordinator's root key (the key of
+// the root certificate clients pin; P-384 for a root Quarry made) when the
+// log changed: the signature is ECDSA, DER-encoded, over
+// SHA-256(SignedBytes()) (docs/update-log.md, "Checkpoints").
 type Checkpoint struct {
 	Count uint64 `json:"count"`
 	Head  Hash   `json:"head"`

@@ -20,7 +20,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/updatelog"
 )
 
-// The update log (docs/update-log.md, issue 18) lives beside the state:
+// The update log (docs/update-log.md) lives beside the state:
 // full segments of updatelog.SegmentSize entries, each sealed in a store of
 // its own (Options.LogSegments), written once and never changed; the
 // entries after the last full segment (the tail) and the head (count, hash,

@@ -128,7 +128,7 @@ func (c *Core) updateOnce(ctx context.Context, peer []*x509.Certificate, raw []b
 	return UpdateResult{MissingAcknowledgments: p.missingAcknowledgments(), MissingUsers: p.missingUsers()}, nil
 }
 
-// updatePackages applies a package update (behaviour.md §7.1): new security
+// updatePackages applies a package update (as MarbleRun does): new security
 // versions, a new intermediate CA and Marble root (keeping every SAN), and
 // shared certificates re-issued under it with their original expiry.
 func (c *Core) updatePackages(ctx context.Context, s *snapshot, u *user.User, m *manifest.Manifest) error {
@@ -302,8 +302,8 @@ func (c *Core) cancelUpdateOnce(ctx context.Context, peer []*x509.Certificate) e
 	return nil
 }
 
-// applyFullUpdate makes m (uploaded as raw) the manifest (behaviour.md §7.2
-// step 7 and §7.3): users, packages and secrets follow the new manifest, the
+// applyFullUpdate makes m (uploaded as raw) the manifest, as MarbleRun
+// applies a full update: users, packages and secrets follow the new manifest, the
 // intermediate CA and Marble root are rotated, and a new data key with new
 // recovery secrets is made when the recovery keys changed or SealMode
 // became stricter (sealModeTightened). st already carries the log entries
@@ -415,8 +415,8 @@ func sealModeName(m string) string {
 	return m
 }
 
-// updatedSecrets computes the secrets after a full update (behaviour.md
-// §7.3): removed ones go; new or redefined ones are generated (user-defined
+// updatedSecrets computes the secrets after a full update, as MarbleRun
+// does: removed ones go; new or redefined ones are generated (user-defined
 // ones start empty); unchanged user-defined values and symmetric keys stay
 // (symmetric keys are renewed when the root secret rotates); other
 // generated secrets are re-issued under the new CA with the new template.

@@ -58,7 +58,7 @@ func plainValue(t *testing.T, c *coordinator, hc *http.Client) string {
 	return string(getSecrets(t, c, hc, "plain")["plain"].Public)
 }
 
-// Issue 16: backups taken while secrets are uploaded in a loop always
+// Backups taken while secrets are uploaded in a loop always
 // restore and open: state 3, the same manifest and root, and the last
 // upload acknowledged before the backup started, or a later one.
 func TestBackupDuringWriteLoop(t *testing.T) {
@@ -352,7 +352,7 @@ func segmentFiles(t *testing.T, dir string) []string {
 	return names
 }
 
-// Issue 18 with issue 16: a backup carries the update log segments, so a
+// A backup carries the update log segments, so a
 // state whose log spans several segments restores into a fresh directory
 // with its whole log: GET /api/v2/update shows every entry and
 // `quarry manifest log --verify` passes. So does a backup taken while
