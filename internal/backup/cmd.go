@@ -184,9 +184,10 @@ func Main(name string, args []string, getenv func(string) string, stdin io.Reade
 func describeRestore(res RestoreResult) string {
 	m := res.Marker
 	var b strings.Builder
-	b.WriteString("the update log goes back to the backup's")
 	if res.Restored != nil {
-		fmt.Fprintf(&b, " %d entries", res.Restored.Count)
+		fmt.Fprintf(&b, "the update log goes back to the backup's %d entries", res.Restored.Count)
+	} else {
+		b.WriteString("the update log goes back to where the backup was taken (its length is not in the backup's header: an earlier version's state)")
 	}
 	switch {
 	case m.Replaced != nil && res.Restored != nil && m.Replaced.Count > res.Restored.Count:

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/quarry-cc/quarry/api/logchain"
 	"github.com/quarry-cc/quarry/client"
 )
 
@@ -29,8 +30,21 @@ type logSummary struct {
 	LastTime  string  `json:"lastTime,omitempty"`
 	// Fingerprints are the manifest fingerprints the entries name, in
 	// order of first appearance.
-	Fingerprints []string             `json:"fingerprints"`
-	Checkpoint   client.LogCheckpoint `json:"checkpoint"`
+	Fingerprints []string `json:"fingerprints"`
+	// Restores are the restores from a backup the verified entries record
+	// (docs/update-log.md, "Restores").
+	Restores   []logRestore         `json:"restores,omitempty"`
+	Checkpoint client.LogCheckpoint `json:"checkpoint"`
+}
+
+// logRestore is a restore the log records: at entry Seq, back to
+// RestoredCount entries, replacing a log of ReplacedCount entries (nil:
+// not known).
+type logRestore struct {
+	Seq           uint64  `json:"seq"`
+	RestoredCount uint64  `json:"restoredCount"`
+	ReplacedCount *uint64 `json:"replacedCount,omitempty"`
+	BackupCreated string  `json:"backupCreated"`
 }
 
 // maxCheckpointFile bounds a saved checkpoint file.
@@ -89,6 +103,13 @@ func (a *app) verifyLog(f logVerifyFlags, get func(since *client.LogCheckpoint) 
 	if len(sum.Fingerprints) > 0 {
 		a.printf("manifest fingerprints seen:\n  %s\n", strings.Join(sum.Fingerprints, "\n  "))
 	}
+	for _, r := range sum.Restores {
+		replaced := "what it discarded is not known"
+		if r.ReplacedCount != nil {
+			replaced = fmt.Sprintf("the log it replaced had %s", plural(*r.ReplacedCount, "entry", "entries"))
+		}
+		a.printf("restored from a backup (taken %s) at entry %d, recorded at entry %d: %s\n", r.BackupCreated, r.RestoredCount, r.Seq, replaced)
+	}
 	return nil
 }
 
@@ -105,6 +126,14 @@ func summarize(v *client.VerifiedLog) logSummary {
 				sum.FirstTime = t
 			}
 			sum.LastTime = t
+		}
+		if rr, ok := logchain.ParseRestore(r); ok {
+			lr := logRestore{Seq: rr.Seq, RestoredCount: rr.RestoredCount, BackupCreated: rr.BackupCreated}
+			if rr.Replaced != nil {
+				n := rr.Replaced.Count
+				lr.ReplacedCount = &n
+			}
+			sum.Restores = append(sum.Restores, lr)
 		}
 		for _, k := range []string{"oldManifestFingerprint", "manifestFingerprint"} {
 			if fp, ok := e[k].(string); ok && fp != "" && !slices.Contains(sum.Fingerprints, fp) {

@@ -121,3 +121,40 @@ func TestVerifyLogFailures(t *testing.T) {
 		})
 	}
 }
+
+// The summary names the restores from a backup that the verified entries
+// record, also when the log extends the saved checkpoint.
+func TestVerifyLogNamesRestores(t *testing.T) {
+	v := verifiedLog(0, 3)
+	v.Records = append(v.Records,
+		client.LogRecord{Seq: 4, Entry: `{"time":"2026-02-01T00:00:00.000Z","update":"quarry: restored from backup","user":"restore","backupCreated":"2026-01-01T00:00:00Z","restoredCount":3,"restoredHead":"` + strings.Repeat("ab", 32) + `","replacedState":"checkpoint","replaced":{"count":9,"head":"` + strings.Repeat("cd", 32) + `","time":"2026-01-05T00:00:00.000Z","signature":"AA=="}}`},
+		client.LogRecord{Seq: 5, Entry: `{"time":"2026-03-01T00:00:00.000Z","update":"quarry: restored from backup","user":"restore","backupCreated":"2026-02-15T00:00:00Z","restoredCount":4,"restoredHead":"` + strings.Repeat("ef", 32) + `","replacedState":"none","replaced":null}`})
+	v.Checkpoint.Count = 5
+	var out bytes.Buffer
+	a := &app{out: &out, errw: &out}
+	if err := a.verifyLog(logVerifyFlags{verify: true}, func(*client.LogCheckpoint) (*client.VerifiedLog, error) { return v, nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"restored from a backup (taken 2026-01-01T00:00:00Z) at entry 3, recorded at entry 4: the log it replaced had 9 entries\n",
+		"restored from a backup (taken 2026-02-15T00:00:00Z) at entry 4, recorded at entry 5: what it discarded is not known\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	a.output = "json"
+	if err := a.verifyLog(logVerifyFlags{verify: true}, func(*client.LogCheckpoint) (*client.VerifiedLog, error) { return v, nil }); err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Restores []struct {
+			Seq, RestoredCount uint64
+			ReplacedCount      *uint64
+		}
+	}
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil || len(sum.Restores) != 2 || sum.Restores[0].ReplacedCount == nil || *sum.Restores[0].ReplacedCount != 9 || sum.Restores[1].ReplacedCount != nil {
+		t.Fatalf("json %s: %v", out.String(), err)
+	}
+}

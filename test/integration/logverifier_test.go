@@ -181,7 +181,8 @@ func TestUpdateLogIndependentVerifier(t *testing.T) {
 		t.Fatalf("--since-checkpoint with the discarded checkpoint: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
 	}
 	code, out, errOut = logCLI(t, s.c, rootFile, "--verify", "--since-checkpoint", filepath.Join(work, "before-backup.json"))
-	if code != cli.ExitOK || !strings.Contains(out, fmt.Sprintf("it extends the saved checkpoint (%d entries)", beforeBackup.Count)) {
+	if code != cli.ExitOK || !strings.Contains(out, fmt.Sprintf("it extends the saved checkpoint (%d entries)", beforeBackup.Count)) ||
+		!strings.Contains(out, fmt.Sprintf("at entry %d, recorded at entry %d: the log it replaced had %d entries", backedUp, backedUp+1, discarded.Count)) {
 		t.Fatalf("--since-checkpoint with the checkpoint before the backup: exit %d %q %q", code, out, errOut)
 	}
 	afterRestore := saveCheckpoint(t, s.c, rootFile, log, filepath.Join(work, "after-restore.json"))
