@@ -81,7 +81,7 @@ func saveCheckpoint(t *testing.T, c *coordinator, rootFile string, want *lv.Log,
 
 // A verifier written from docs/update-log.md alone, sharing no code with
 // Quarry, accepts the real log of a Coordinator across segments, at every
-// page size, through two full updates each started by one user and
+// page size (also while uploads go on), through two full updates each started by one user and
 // acknowledged by the other (whose "quarry: manifest changed" names both,
 // the initiator first), a backup and a forced restore (recorded in the
 // log with the count and head it discarded), a restart and a recovery; it
@@ -112,6 +112,26 @@ func TestUpdateLogIndependentVerifier(t *testing.T) {
 	expect(t, do(t, ha, http.MethodPost, s.c.url("/api/v2/update-manifest"), map[string][]byte{"manifest": second}), http.StatusOK, "success")
 	for range 40 {
 		uploadUserKey(t, s.c, ha)
+	}
+
+	// Verified while uploads go on: pages carry later checkpoints.
+	done := make(chan int)
+	go func() {
+		n := 0
+		defer func() { done <- n }()
+		for range 30 {
+			r, err := tortureDo(ha, http.MethodPost, s.c.url("/api/v2/secrets"), map[string]any{"secrets": map[string]any{"userkey": map[string]any{"key": make([]byte, 32)}}})
+			if err != nil || r.HTTPStatus != http.StatusOK {
+				return
+			}
+			n++
+		}
+	}()
+	for range 3 {
+		independentLog(t, s.c, s.root, 7)
+	}
+	if n := <-done; n != 30 {
+		t.Fatalf("%d of 30 concurrent uploads succeeded", n)
 	}
 
 	var logs []*lv.Log
