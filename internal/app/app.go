@@ -132,6 +132,10 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 	if err := a.joinShared(ctx, sealer); err != nil {
 		return err
 	}
+	marker, err := a.restoreMarker()
+	if err != nil {
+		return err
+	}
 	opts := core.Options{
 		Names:     ca.Names{DNS: dns, IPs: ips},
 		Data:      data,
@@ -154,6 +158,9 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 		ActivationEvents: activationEvents(a.cfg.ActivationEvents),
 		OnActivation:     a.hooks.onActivation,
 		OnCommit:         a.hooks.onCommit,
+
+		// The marker of a restore from a backup (core/restored.go).
+		RestoreMarker: marker,
 	}
 	a.peerOptions(&opts) // peer.go
 	a.core, err = core.New(ctx, opts)

@@ -288,12 +288,13 @@ one). A failed check exits non-zero and names what was found.`,
 	return c
 }
 
-// plural returns "n word" or "n words".
-func plural(n int, word string) string {
+// plural returns "n one" for n = 1, else "n many": the plural is given,
+// not made by appending "s" ("1 entry", "2 entries").
+func plural[N int | uint64](n N, one, many string) string {
 	if n == 1 {
-		return fmt.Sprintf("%d %s", n, word)
+		return fmt.Sprintf("%d %s", n, one)
 	}
-	return fmt.Sprintf("%d %ss", n, word)
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 func (a *app) updateApplyCommand() *cobra.Command {
@@ -332,7 +333,7 @@ and the new encrypted recovery secrets are written to --recovery-secrets-file.`,
 				a.status(secretsFile, res.RecoverySecrets, "Update applied.\n")
 			} else {
 				a.status(secretsFile, res.RecoverySecrets, "Update pending: %s missing (users who may acknowledge: %s).\n",
-					plural(res.MissingAcknowledgments, "acknowledgement"), strings.Join(res.MissingUsers, ", "))
+					plural(res.MissingAcknowledgments, "acknowledgement", "acknowledgements"), strings.Join(res.MissingUsers, ", "))
 			}
 			return a.saveRecoverySecrets(secretsFile, res.RecoverySecrets)
 		},
@@ -434,7 +435,7 @@ func (a *app) updateGetCommand() *cobra.Command {
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return usagef("%s takes %s, got %d", cmd.CommandPath(), plural(n, "argument"), len(args))
+			return usagef("%s takes %s, got %d", cmd.CommandPath(), plural(n, "argument", "arguments"), len(args))
 		}
 		return nil
 	}

@@ -258,7 +258,7 @@ func (a *app) secretSetCommand() *cobra.Command {
 			if a.jsonOutput() {
 				return a.printJSON(map[string]any{"secrets": names})
 			}
-			a.printf("Uploaded %s: %s.\n", plural(len(names), "secret"), strings.Join(names, ", "))
+			a.printf("Uploaded %s: %s.\n", plural(len(names), "secret", "secrets"), strings.Join(names, ", "))
 			return nil
 		},
 	}

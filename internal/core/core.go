@@ -83,6 +83,9 @@ type Options struct {
 	// LogSegments returns the store of update log segment n (beside Data;
 	// logstore.go). Nil keeps the whole log in the sealed state.
 	LogSegments func(n uint64) (store.Store, error)
+	// RestoreMarker holds the marker `coordinator restore` leaves in the
+	// seal directory (restored.go); nil where there is none (etcd).
+	RestoreMarker store.Store
 	// StoreTimeout bounds each step with a shared store (a write, the
 	// read-back of a write whose outcome is unknown, the wait for the
 	// state lock in Sync): with the store away, answers come within it
@@ -202,6 +205,10 @@ type sealHeader struct {
 	// carry no share hashes and each upload is matched to its key by its
 	// signature.
 	MarbleRunShares []string `json:"marbleRunShares,omitempty"`
+	// The update log's latest checkpoint (set by commit), which
+	// `coordinator restore` reads without the data key
+	// (docs/update-log.md, "Restores").
+	updatelog.HeaderCheckpoint
 }
 
 // New creates the Coordinator and loads its state: no sealed state → state 2;
@@ -306,6 +313,9 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	c.vault.addOwnEntry(ctx)
 	c.dek = dek
 	c.header = hdr
+	if err := c.recordRestore(ctx, snap, blob); err != nil {
+		return nil, err
+	}
 	c.log.Info("sealed state loaded", "state", int(snap.state), "manifestFingerprint", snap.fingerprint)
 	return snap, nil
 }
@@ -441,6 +451,8 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 	if err := c.prepareLog(ctx, st, true); err != nil {
 		return err
 	}
+	cp := st.Log.Checkpoint
+	header.UpdateLog = &cp
 	plaintext, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)

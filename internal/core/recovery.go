@@ -272,10 +272,23 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	if err := c.vault.recovered(ctx, c.asideSuffix("unusable")); err != nil {
 		return err
 	}
-	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.Recovered(c.opts.Now(), snap.fingerprint))
+	// A state restored from a backup onto another machine is recovered
+	// here: the restore is recorded before the recovery (restored.go).
+	restored, done, err := c.restoreRecord(ctx, snap, c.unreadable)
+	if err != nil {
+		return err
+	}
+	st.UpdateLog = slices.Clip(st.UpdateLog)
+	if restored != "" {
+		st.UpdateLog = append(st.UpdateLog, restored)
+	}
+	st.UpdateLog = append(st.UpdateLog, updatelog.Recovered(c.opts.Now(), snap.fingerprint))
 	err = c.commit(ctx, st, hdr, key, snap.manifest.Config.SealMode)
 	if !stored(err) {
 		return err
+	}
+	if done != nil {
+		done()
 	}
 	c.unreadable = nil
 	c.rec.stop()
