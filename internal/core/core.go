@@ -83,6 +83,9 @@ type Options struct {
 	// LogSegments returns the store of update log segment n (beside Data;
 	// logstore.go). Nil keeps the whole log in the sealed state.
 	LogSegments func(n uint64) (store.Store, error)
+	// MaxStateBytes bounds the state's JSON (0: DefaultMaxStateBytes): a
+	// change beyond it is refused with ErrTooLarge.
+	MaxStateBytes int
 	// StoreTimeout bounds each step with a shared store (a write, the
 	// read-back of a write whose outcome is unknown, the wait for the
 	// state lock in Sync): with the store away, answers come within it
@@ -191,6 +194,11 @@ type sealedState struct {
 
 const stateFormat = 1
 
+// DefaultMaxStateBytes is Options.MaxStateBytes's default: room for a
+// manifest of the largest default size (8 MiB, base64 in the state), the
+// default most secrets twice (current and previous) and many counters.
+const DefaultMaxStateBytes = 64 << 20
+
 // sealHeader is the public, authenticated part of the sealed blob: what
 // recovery needs before the state can be decrypted.
 type sealHeader struct {
@@ -210,6 +218,9 @@ type sealHeader struct {
 func New(ctx context.Context, opts Options) (*Core, error) {
 	if opts.Rand == nil {
 		opts.Rand = rand.Reader
+	}
+	if opts.MaxStateBytes <= 0 {
+		opts.MaxStateBytes = DefaultMaxStateBytes
 	}
 	if opts.StoreTimeout <= 0 {
 		opts.StoreTimeout = DefaultStoreTimeout
@@ -232,7 +243,7 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	c := &Core{opts: opts, log: opts.Logger}
 	c.events.limit = opts.ActivationEvents
 	c.logs.segments = opts.LogSegments
-	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger, storeTimeout: opts.StoreTimeout}
+	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger, storeTimeout: opts.StoreTimeout, rand: opts.Rand}
 	c.vault.instance, c.vault.source = opts.InstanceID, opts.KeySource
 	snap, err := c.load(ctx)
 	if err != nil {
@@ -284,8 +295,13 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if kp != nil {
 		return c.enterRecovery(blob, kp.what, kp.cause)
 	}
-	_, plaintext, err := seal.Open(dek, blob)
-	if err != nil {
+	_, plaintext, layout, err := c.openState(ctx, dek, blob)
+	switch {
+	case errors.Is(err, errSharedRead):
+		return nil, err // etcd unreachable: no reason for recovery mode
+	case errors.Is(err, errChunks):
+		return c.enterRecovery(blob, "a chunk of the sealed state in etcd is missing or damaged", err)
+	case err != nil:
 		return c.enterRecovery(blob, "the sealed state does not decrypt with the data key", err)
 	}
 	st, err := decodeState(plaintext)
@@ -302,7 +318,7 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if snap.state, err = next(StateUninitialized, eventStartSealed); err != nil {
 		return nil, err
 	}
-	c.vault.opened(dek, snap.manifest.Config.SealMode)
+	c.vault.opened(dek, snap.manifest.Config.SealMode, layout)
 	c.vault.addOwnEntry(ctx)
 	c.dek = dek
 	c.header = hdr
@@ -445,6 +461,13 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}
+	if limit := c.opts.MaxStateBytes; len(plaintext) > limit {
+		return classify(ErrTooLarge, fmt.Errorf("the change would make the state %d bytes, more than its limit of %d bytes (--max-state-bytes, QUARRY_MAX_STATE_BYTES); nothing was changed", len(plaintext), limit))
+	}
+	plaintext, layout, err := c.splitForStore(dek, plaintext)
+	if err != nil {
+		return err
+	}
 	hdr, err := json.Marshal(header)
 	if err != nil {
 		return fmt.Errorf("encoding header: %w", err)
@@ -454,7 +477,10 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 		return fmt.Errorf("sealing state: %w", err)
 	}
 	size = len(blob)
-	err = c.vault.commit(ctx, blob, dek, mode)
+	if layout != nil {
+		size += layout.plainBytes()
+	}
+	err = c.vault.commit(ctx, blob, dek, mode, layout)
 	if stored(err) {
 		c.dek, c.header = dek, header
 	}
