@@ -19,6 +19,7 @@ var notRequestClasses = map[string]string{
 	"ErrMixedFormats":     "stops a start; never a request",
 	"ErrMigration":        "stops a start; never a request",
 	"ErrNoMarbleRunState": "the migration dry run's answer; never a request",
+	"ErrMigrationOff":     "a start-time condition; a recovery upload carries it only inside ErrConflict (409)",
 }
 
 // TestErrorClassesNameEveryExportedError reads the package's source and
