@@ -468,7 +468,7 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 		return fmt.Errorf("encoding state: %w", err)
 	}
 	if limit := c.opts.MaxStateBytes; len(plaintext) > limit {
-		return classify(ErrTooLarge, fmt.Errorf("the change would make the state %d bytes, more than its limit of %d bytes (--max-state-bytes, QUARRY_MAX_STATE_BYTES); nothing was changed", len(plaintext), limit))
+		return classify(ErrTooLarge, fmt.Errorf("the change would make the state %d bytes, more than its limit of %d bytes (--max-state-size, QUARRY_MAX_STATE_SIZE); nothing was changed", len(plaintext), limit))
 	}
 	plaintext, layout, err := c.splitForStore(dek, plaintext)
 	if err != nil {

@@ -29,8 +29,8 @@ type Cluster struct {
 	tls *TLSFiles // nil: plain HTTP
 	// defaults keeps etcd's own request limit (StartDefaults).
 	defaults bool
-	mu      sync.Mutex
-	members []*member
+	mu       sync.Mutex
+	members  []*member
 }
 
 type member struct {
