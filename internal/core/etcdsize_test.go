@@ -3,8 +3,8 @@ package core
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/secrets"
