@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/secrets"
+	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/store/etcdstore"
 	"github.com/quarry-cc/quarry/internal/store/etcdstore/etcdtest"
 )
@@ -293,5 +296,156 @@ func TestSharedHistoryCompacted(t *testing.T) {
 	mustSync(t, b)
 	if !strings.HasPrefix(e.secret(a, "uploaded"), "value 119 ") || !strings.HasPrefix(e.secret(b, "uploaded"), "value 119 ") {
 		t.Fatal("the instances do not read the last write")
+	}
+}
+
+// singleBlobStore hides the chunk capability: the instance on it writes
+// the state as one blob, as versions before the chunked layout did.
+type singleBlobStore struct {
+	sharedStore
+	historyStore
+	changeNotifier
+	*etcdstore.Store
+}
+
+func (s singleBlobStore) Load(ctx context.Context) ([]byte, store.Revision, error) {
+	return s.Store.Load(ctx)
+}
+
+func (s singleBlobStore) Save(ctx context.Context, blob []byte, prev store.Revision) (store.Revision, error) {
+	return s.Store.Save(ctx, blob, prev)
+}
+
+// TestSharedSingleBlobStateConverted: a state stored as one blob (before
+// the chunked layout) is read, and the next commit stores it as a head
+// and chunks that every instance reads.
+func TestSharedSingleBlobStateConverted(t *testing.T) {
+	cluster := etcdtest.Start(t, 1)
+	e := newSharedEnv(t, cluster)
+	data, key := e.stores()
+	old, err := New(t.Context(), Options{Data: singleBlobStore{data, data, data, data}, Key: key, KeySealer: seal.SimulationKeySealer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.SetManifest(t.Context(), e.w.manifest(manifestOpts{})); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.upload(old, "uploaded", "single blob"); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := data.ListChunks(t.Context(), ""); len(names) != 0 {
+		t.Fatalf("the single-blob instance wrote chunks: %v", names)
+	}
+	a := e.instance()
+	if got := e.secret(a, "uploaded"); got != "single blob" {
+		t.Fatalf("the single-blob state reads %q", got)
+	}
+	if err := e.upload(a, "followup", "converted"); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := data.ListChunks(t.Context(), ""); len(names) == 0 {
+		t.Fatal("the commit after a single-blob state wrote no chunks")
+	}
+	blob, _, err := data.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, plain, err := seal.Open(a.dek, blob); err != nil || !isChunkedHead(plain) {
+		t.Fatalf("sealed_data after the commit is not a head (%v)", err)
+	}
+	b := e.instance()
+	if e.secret(b, "uploaded") != "single blob" || e.secret(b, "followup") != "converted" {
+		t.Fatal("another instance does not read the converted state")
+	}
+}
+
+// TestSharedDamagedChunks: a chunk that is missing, replaced by another
+// chunk, or altered puts a new instance into recovery mode naming the
+// chunk, and nothing is overwritten; with the chunk back it opens again.
+// Chunks no head references are deleted by a later commit.
+func TestSharedDamagedChunks(t *testing.T) {
+	cluster := etcdtest.Start(t, 1)
+	e := newSharedEnv(t, cluster)
+	a := e.instance()
+	if _, err := a.SetManifest(t.Context(), e.w.manyManifest(100)); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	resp, err := raw.Get(t.Context(), e.prefix+"chunks/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) < 2 {
+		t.Fatalf("chunks: %v, %v", resp, err)
+	}
+	victim, other := string(resp.Kvs[0].Key), resp.Kvs[1].Value
+	good := resp.Kvs[0].Value
+	altered := append([]byte{}, good...)
+	altered[len(altered)-1] ^= 1
+	for _, tc := range []struct {
+		name   string
+		damage func() error
+	}{
+		{"missing", func() error { _, err := raw.Delete(t.Context(), victim); return err }},
+		{"another chunk under its name", func() error { _, err := raw.Put(t.Context(), victim, string(other)); return err }},
+		{"altered", func() error { _, err := raw.Put(t.Context(), victim, string(altered)); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.damage(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if _, err := raw.Put(t.Context(), victim, string(good)); err != nil {
+					t.Fatal(err)
+				}
+			}()
+			// Until etcd compacts its history, a reader finds the chunks
+			// as they were at the head's revision.
+			now, _ := raw.Get(t.Context(), e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if _, err := raw.Compact(t.Context(), now.Header.Revision); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := raw.Get(t.Context(), e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			var logs bytes.Buffer
+			data, key := e.stores()
+			c, err := New(t.Context(), Options{Data: data, Key: key, KeySealer: seal.SimulationKeySealer{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Status() != StateRecovery {
+				t.Fatalf("a damaged chunk: state %d, want recovery mode", c.Status())
+			}
+			if !strings.Contains(logs.String(), "a chunk of the sealed state in etcd is missing or damaged") || !strings.Contains(logs.String(), victim[len(e.prefix+"chunks/"):]) {
+				t.Errorf("recovery mode without naming the chunk:\n%s", logs.String())
+			}
+			after, _ := raw.Get(t.Context(), e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if after.Header.Revision != before.Header.Revision {
+				t.Fatal("an instance in recovery mode wrote to etcd")
+			}
+			if _, err := raw.Put(t.Context(), victim, string(good)); err != nil {
+				t.Fatal(err)
+			}
+			if c := e.instance(); c.Status() != StateAcceptingMarbles {
+				t.Fatalf("with the chunk back: state %d", c.Status())
+			}
+		})
+	}
+	// A stray chunk of this data key, which no head references (a commit
+	// that stopped after writing its chunks), goes with a later commit of
+	// an instance (its first commit looks for such chunks).
+	stray := victim[:strings.LastIndex(victim, ".")] + "." + strings.Repeat("0", 64)
+	if _, err := raw.Put(t.Context(), stray, "stray"); err != nil {
+		t.Fatal(err)
+	}
+	b := e.instance()
+	if err := e.upload(b, "uploaded", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := raw.Get(t.Context(), stray); len(r.Kvs) != 0 {
+		t.Fatal("a chunk no head references was not deleted")
+	}
+	if got := e.secret(e.instance(), "uploaded"); got != "x" {
+		t.Fatalf("after the sweep a new instance reads %q", got)
 	}
 }
