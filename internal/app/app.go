@@ -152,6 +152,7 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 
 		RecoveryTimeout:   a.cfg.RecoveryTimeout,
 		StoreTimeout:      a.cfg.Store.Timeout,
+		MaxStateBytes:     int(a.cfg.MaxStateBytes),
 		AllowQuoteFailure: a.cfg.DevMode,
 		SecretLimits:      secrets.Limits{MaxSecrets: a.cfg.MaxSecrets, MaxWork: a.cfg.MaxSecretGeneration},
 		// Every activation attempt is logged by the core itself.

@@ -77,6 +77,23 @@ func (a *App) openEtcd(ctx context.Context) (store.Store, store.Store, func() er
 		return nil, nil, nil, err
 	}
 	a.etcd = cli
+	if s.Compaction {
+		// docs/ha.md, "Compaction": the history behind the commits of
+		// this instance, older than the retention.
+		cli.EnableCompaction(etcdstore.CompactionOptions{
+			Retention: s.CompactionRetention,
+			Done: func(rev int64, err error) {
+				a.hooks.onCompaction(err)
+				if err != nil {
+					a.log.Warn("compacting etcd's history failed; the next commit tries again", "revision", rev, "error", err.Error())
+					return
+				}
+				a.log.Debug("compacted etcd's history", "revision", rev)
+			},
+		})
+	} else {
+		a.log.Info("etcd's history is not compacted by Quarry (--etcd-compaction=0): etcd must compact it itself (--auto-compaction-retention), or its database grows with every change until it reaches its quota")
+	}
 	return data, key, cli.Close, nil
 }
 

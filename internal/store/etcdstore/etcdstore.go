@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -67,6 +68,9 @@ type Client struct {
 	prefix    string
 	stopLease context.CancelFunc // set by Join
 	lease     clientv3.LeaseID
+
+	compactMu sync.Mutex
+	compact   *compactor // nil: compaction is off (compact.go)
 }
 
 // Connect opens a client and checks that etcd answers, retrying with
