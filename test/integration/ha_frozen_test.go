@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -87,7 +88,7 @@ func figuresOf(rs []writeResult, from, to time.Time) freezeFigures {
 // stops writes only until the others elected a new one, and nothing ends
 // in a 500 or without an answer. docs/ha.md, "A frozen etcd member".
 func TestHAFrozenEtcdMember(t *testing.T) {
-	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{})
+	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{Binary: os.Getenv(etcdtest.BinaryEnv)})
 	env := haEnv(procs.Endpoints(), newPrefix())
 	c := startCoordinator(t, "", env...)
 	manifest, alice := linManifest(t)

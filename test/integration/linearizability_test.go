@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -760,7 +761,7 @@ func linSeed(t *testing.T) uint64 {
 // acknowledged write may be lost.
 func TestLinearizability(t *testing.T) {
 	seed := linSeed(t)
-	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{})
+	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{Binary: os.Getenv(etcdtest.BinaryEnv)})
 	env := haEnv(procs.Endpoints(), newPrefix())
 	nodes := make([]*haNode, 3)
 	for i := range nodes {
@@ -783,7 +784,7 @@ func TestLinearizability(t *testing.T) {
 // is reported (and bounded with -ha.assert-db-size).
 func TestHAChaos(t *testing.T) {
 	seed := linSeed(t)
-	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{})
+	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{Binary: os.Getenv(etcdtest.BinaryEnv)})
 	env := haEnv(procs.Endpoints(), newPrefix())
 	nodes := make([]*haNode, 3)
 	for i := range nodes {

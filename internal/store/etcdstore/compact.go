@@ -165,7 +165,7 @@ type MemberStatus struct {
 // Status asks every endpoint for its database size and quota (etcd's
 // maintenance Status API), each within ctx.
 func (c *Client) Status(ctx context.Context) []MemberStatus {
-	eps := c.cli.Endpoints()
+	eps := c.endpoints
 	out := make([]MemberStatus, len(eps))
 	var wg sync.WaitGroup
 	for i, ep := range eps {

@@ -64,8 +64,11 @@ var ErrUnreachable = errors.New("etcd is unreachable")
 
 // Client is a connection to etcd under one prefix; its Stores share it.
 type Client struct {
-	cli       *clientv3.Client
-	prefix    string
+	cli    *clientv3.Client
+	prefix string
+	// endpoints are the configured endpoints (the client itself may use
+	// only the leader's: balance.go).
+	endpoints []string
 	stopLease context.CancelFunc // set by Join
 	lease     clientv3.LeaseID
 
@@ -121,7 +124,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}
-	c := &Client{cli: cli, prefix: opts.Prefix}
+	c := &Client{cli: cli, prefix: opts.Prefix, endpoints: slices.Clone(opts.Endpoints)}
 	wait := opts.Backoff
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(context.WithValue(ctx, failFastKey, true), opts.DialTimeout)

@@ -31,15 +31,14 @@ var (
 	buildErr  error
 )
 
-// Binary returns the path of an etcd server binary: $QUARRY_TEST_ETCD if
-// set, else one built once per test process from the etcd module this
-// repository requires (go.mod's tool block), so that the server is the
-// version the client and the embedded servers are.
+// Binary returns the path of an etcd server binary built once per test
+// process from the etcd module this repository requires (go.mod's tool
+// block), so that the server is the version the client and the embedded
+// servers are. Tests that honour BinaryEnv read it themselves (the
+// environment is read only at the top: internal/archtest) and pass the
+// path in ProcOptions.Binary.
 func Binary(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv(BinaryEnv); p != "" {
-		return p
-	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "quarry-etcd-bin-")
 		if err != nil {
