@@ -76,6 +76,9 @@ var envPolicy = map[string]envRule{
 	"QUARRY_MAX_SECRETS":               {kind: passthrough},
 	"QUARRY_MAX_SECRET_GENERATION":     {kind: passthrough},
 	"QUARRY_ACTIVATION_EVENTS":         {kind: passthrough},
+	"QUARRY_MAX_COUNTERS_PER_MARBLE":   {kind: passthrough},
+	"QUARRY_MAX_COUNTER_NAME":          {kind: passthrough},
+	"QUARRY_MAX_COUNTERS":              {kind: passthrough},
 	"QUARRY_METRICS_MARBLE_UUID_LABEL": {kind: passthrough},
 	"QUARRY_READY_IN_RECOVERY":         {kind: passthrough},
 	// Never from the host.
@@ -92,6 +95,7 @@ var envPolicy = map[string]envRule{
 	"QUARRY_ETCD_CA":             {kind: absent},
 	"QUARRY_ETCD_CERT":           {kind: absent},
 	"QUARRY_ETCD_KEY":            {kind: absent},
+	"QUARRY_STORE_TIMEOUT":       {kind: absent},
 	"QUARRY_INSECURE_PEER_TRUST": {kind: absent},
 	"QUARRY_PEER_ADDR":           {kind: absent},
 	"QUARRY_PEER_ADVERTISE_ADDR": {kind: absent},

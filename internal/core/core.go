@@ -65,6 +65,9 @@ type Options struct {
 	// SecretLimits bound the secrets a manifest set or full update may
 	// generate (zero fields: no limit; see secrets.DefaultLimits).
 	SecretLimits secrets.Limits
+	// CounterLimits bound the monotonic counters Marbles create (zero
+	// fields: no limit; see DefaultCounterLimits).
+	CounterLimits CounterLimits
 	// ActivationEvents is how many activation events are kept in memory
 	// (0: DefaultActivationEvents; negative: none).
 	ActivationEvents int
