@@ -112,8 +112,10 @@ type Config struct {
 	// rest of their round (0: no expiry).
 	RecoveryTimeout time.Duration
 	// InsecureSimulatedSealing keeps the simulation sealer (the data key in
-	// clear in sealed_key) when the Coordinator runs under Gramine, where
-	// it otherwise seals with the enclave's sealing key.
+	// clear in sealed_key) when the Coordinator runs under Gramine (its
+	// attestation directory exists), where it otherwise seals with the
+	// enclave's sealing key and refuses to start without Gramine DCAP
+	// attestation.
 	InsecureSimulatedSealing bool
 	// EnableV1Recover serves the unprefixed POST /recover, which carries
 	// no signature over the recovery secret (decision D11); off by default.
@@ -227,7 +229,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"how long uploaded recovery shares wait for the rest of their round, e.g. 30m; 0 disables expiry [QUARRY_RECOVERY_TIMEOUT]")
 	simSealing := env("QUARRY_INSECURE_SIMULATED_SEALING", "0")
 	fs.Var((*switchFlag)(&simSealing), "insecure-simulated-sealing",
-		"under Gramine, keep the data key in clear in sealed_key instead of sealing it with the enclave's sealing key (--insecure-simulated-sealing, or =1 / =0). Anyone with the disk then has every secret; for tests only; a warning is logged at every start [QUARRY_INSECURE_SIMULATED_SEALING]")
+		"under Gramine (wherever --gramine-dir exists), keep the data key in clear in sealed_key instead of sealing it with the enclave's sealing key, and start without Gramine DCAP attestation (simulation, auto with another attestation type, tdx), which otherwise refuses to start (--insecure-simulated-sealing, or =1 / =0). Anyone with the disk then has every secret; for tests only; a warning is logged at every start [QUARRY_INSECURE_SIMULATED_SEALING]")
 	fs.BoolVar(&c.CheckMigration, "check-migration", false,
 		"dry run: report what a start would migrate from a MarbleRun seal directory (counts of secrets, users, update log entries; whether a recovery is needed), write nothing, and exit: 0 migratable or nothing to migrate, 1 not migratable")
 	migrate := env("QUARRY_MIGRATE_MARBLERUN", "auto")
@@ -258,7 +260,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"how the Coordinator obtains its quotes: simulation (none: quote null), gramine (/dev/attestation), tdx (configfs-tsm in a TDX guest), or auto (gramine when its attestation type is dcap, else tdx when configfs-tsm has the tdx_guest provider, else simulation); OE_SIMULATION=1 means simulation [QUARRY_ATTESTATION]")
 	c.TSMReportDir = env("QUARRY_TSM_REPORT_DIR", DefaultTSMReportDir)
 	fs.StringVar(&c.GramineDir, "gramine-dir", env("QUARRY_GRAMINE_ATTESTATION_DIR", DefaultGramineDir),
-		"Gramine's attestation directory [QUARRY_GRAMINE_ATTESTATION_DIR]")
+		"Gramine's attestation directory; where it exists the Coordinator runs in a Gramine enclave and starts only with gramine (DCAP) attestation and sealing, whatever --attestation says (see --insecure-simulated-sealing) [QUARRY_GRAMINE_ATTESTATION_DIR]")
 	fs.StringVar(&c.CollateralFile, "collateral-file", env("QUARRY_COLLATERAL_FILE", ""),
 		"DCAP collateral for quote verification (sign-quote, Marble activation): a JSON file (dcap-qvl QuoteCollateralV3 shape) or a directory of PCS/PCCS responses [QUARRY_COLLATERAL_FILE]")
 	fs.StringVar(&c.PCCSURL, "pccs-url", env("QUARRY_PCCS_URL", ""),
