@@ -11,9 +11,7 @@ import (
 // D16): the state (409) and the caller's Marble certificate, the leaf only
 // (401, decision D14). The MonotonicCounter feature gate (403) is the
 // core's check, after the body: only an authenticated Marble learns
-// whether the feature is on. So are the limits of new counters
-// (core.CounterLimits: a name too long is 400, too many counters 403, each
-// message naming the limit's setting).
+// whether the feature is on.
 func (s *server) postMonotonicCounter(r *http.Request) (any, error) {
 	if err := s.c.CheckMonotonicCounter(); err != nil {
 		return nil, err
