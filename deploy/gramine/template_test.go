@@ -87,11 +87,12 @@ var envPolicy = map[string]envRule{
 	"OE_SIMULATION":         {kind: absent},
 	"EDG_CWD":               {kind: absent},
 	"EDG_STARTUP_MANIFEST":  {kind: absent},
-	// The etcd store: not in the enclave until instances on several
-	// machines can share the data key (docs/ha.md); the file store is used.
+	// The etcd store: this template builds a single-instance enclave on
+	// the file store (an HA build passes these through; docs/ha.md).
 	"QUARRY_STORE":               {kind: absent},
 	"QUARRY_ETCD_ENDPOINTS":      {kind: absent},
 	"QUARRY_ETCD_PREFIX":         {kind: absent},
+	"QUARRY_STORE_TIMEOUT":       {kind: absent},
 	"QUARRY_ETCD_CA":             {kind: absent},
 	"QUARRY_ETCD_CERT":           {kind: absent},
 	"QUARRY_ETCD_KEY":            {kind: absent},

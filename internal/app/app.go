@@ -269,7 +269,7 @@ func (a *App) Run(ctx context.Context) error {
 		Readiness:        a.probe,
 	})
 	srv := &http.Server{
-		Handler:           a.syncing(handler), // store.go
+		Handler:           a.syncing(handler, fresh), // store.go
 		TLSConfig:         rest.TLSConfig(freshCertificate(fresh, a.core.TLSCertificate)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,
