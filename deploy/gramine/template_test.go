@@ -96,7 +96,6 @@ var envPolicy = map[string]envRule{
 	"QUARRY_ETCD_CA":             {kind: absent},
 	"QUARRY_ETCD_CERT":           {kind: absent},
 	"QUARRY_ETCD_KEY":            {kind: absent},
-	"QUARRY_STORE_TIMEOUT":       {kind: absent},
 	"QUARRY_INSECURE_PEER_TRUST": {kind: absent},
 	"QUARRY_PEER_ADDR":           {kind: absent},
 	"QUARRY_PEER_ADVERTISE_ADDR": {kind: absent},
