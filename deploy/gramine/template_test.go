@@ -76,6 +76,10 @@ var envPolicy = map[string]envRule{
 	"QUARRY_MAX_SECRETS":               {kind: passthrough},
 	"QUARRY_MAX_SECRET_GENERATION":     {kind: passthrough},
 	"QUARRY_ACTIVATION_EVENTS":         {kind: passthrough},
+	"QUARRY_MAX_COUNTERS_PER_MARBLE":   {kind: passthrough},
+	"QUARRY_MAX_COUNTER_NAME":          {kind: passthrough},
+	"QUARRY_MAX_COUNTERS":              {kind: passthrough},
+	"QUARRY_MAX_STATE_SIZE":            {kind: passthrough},
 	"QUARRY_METRICS_MARBLE_UUID_LABEL": {kind: passthrough},
 	"QUARRY_READY_IN_RECOVERY":         {kind: passthrough},
 	// Never from the host.
@@ -86,16 +90,18 @@ var envPolicy = map[string]envRule{
 	"EDG_STARTUP_MANIFEST":  {kind: absent},
 	// The etcd store: this template builds a single-instance enclave on
 	// the file store (an HA build passes these through; docs/ha.md).
-	"QUARRY_STORE":               {kind: absent},
-	"QUARRY_ETCD_ENDPOINTS":      {kind: absent},
-	"QUARRY_ETCD_PREFIX":         {kind: absent},
-	"QUARRY_STORE_TIMEOUT":       {kind: absent},
-	"QUARRY_ETCD_CA":             {kind: absent},
-	"QUARRY_ETCD_CERT":           {kind: absent},
-	"QUARRY_ETCD_KEY":            {kind: absent},
-	"QUARRY_INSECURE_PEER_TRUST": {kind: absent},
-	"QUARRY_PEER_ADDR":           {kind: absent},
-	"QUARRY_PEER_ADVERTISE_ADDR": {kind: absent},
+	"QUARRY_STORE":                     {kind: absent},
+	"QUARRY_ETCD_ENDPOINTS":            {kind: absent},
+	"QUARRY_ETCD_PREFIX":               {kind: absent},
+	"QUARRY_STORE_TIMEOUT":             {kind: absent},
+	"QUARRY_ETCD_COMPACTION":           {kind: absent},
+	"QUARRY_ETCD_COMPACTION_RETENTION": {kind: absent},
+	"QUARRY_ETCD_CA":                   {kind: absent},
+	"QUARRY_ETCD_CERT":                 {kind: absent},
+	"QUARRY_ETCD_KEY":                  {kind: absent},
+	"QUARRY_INSECURE_PEER_TRUST":       {kind: absent},
+	"QUARRY_PEER_ADDR":                 {kind: absent},
+	"QUARRY_PEER_ADVERTISE_ADDR":       {kind: absent},
 }
 
 // envValue is one loader.env entry: "value", { value = "value" } or

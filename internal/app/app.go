@@ -155,6 +155,8 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 		MaxStateBytes:     int(a.cfg.MaxStateBytes),
 		AllowQuoteFailure: a.cfg.DevMode,
 		SecretLimits:      secrets.Limits{MaxSecrets: a.cfg.MaxSecrets, MaxWork: a.cfg.MaxSecretGeneration},
+		CounterLimits: core.CounterLimits{MaxPerMarble: a.cfg.MaxCountersPerMarble,
+			MaxNameBytes: a.cfg.MaxCounterName, MaxTotal: a.cfg.MaxCounters},
 		// Every activation attempt is logged by the core itself.
 		ActivationEvents: activationEvents(a.cfg.ActivationEvents),
 		OnActivation:     a.hooks.onActivation,

@@ -173,8 +173,7 @@ func newServer(c Coordinator, opts Options) (http.Handler, *server) {
 			}
 			data, err := h(r)
 			if err != nil && errors.Is(r.Context().Err(), context.DeadlineExceeded) {
-				err = &unavailableError{err: err, retryAfter: 10, msg: fmt.Sprintf(
-					"the request did not finish within %s and was abandoned; nothing was stored; retry later", s.opts.RequestTimeout)}
+				err = &unavailableError{err: err, retryAfter: 10, msg: abandoned(s.opts.RequestTimeout, err)}
 			}
 			rend.write(w, r, data, err)
 		})
@@ -205,6 +204,20 @@ func newServer(c Coordinator, opts Options) (http.Handler, *server) {
 		h = withRequestMetrics(opts.Metrics, known)(h)
 	}
 	return h, s
+}
+
+// abandoned is the message of a request that failed past its deadline: it
+// says what the core knows the failed change left in the store
+// (core.OutcomeOf), so that a client repeats a request only where that
+// cannot apply its change twice.
+func abandoned(timeout time.Duration, err error) string {
+	switch core.OutcomeOf(err) {
+	case core.Stored:
+		return fmt.Sprintf("the request did not finish within %s: the change WAS stored, but the store reported an error afterwards (see the Coordinator's log); do not repeat the request, check the state first", timeout)
+	case core.OutcomeUnknown:
+		return fmt.Sprintf("the request did not finish within %s and was abandoned; whether the change was stored is unknown (the store could not be read back); check the state before repeating the request", timeout)
+	}
+	return fmt.Sprintf("the request did not finish within %s and was abandoned; nothing was stored; retry later", timeout)
 }
 
 // isV1 tells whether a request outside the route table is answered in the
