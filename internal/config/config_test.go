@@ -40,7 +40,8 @@ func TestDefaults(t *testing.T) {
 		MaxSecretGeneration: 60 * time.Second,
 		ActivationEvents:    10_000,
 
-		Store: StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: DefaultStoreTimeout, Compaction: true, CompactionRetention: DefaultCompactionRetention},
+		Store:  StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: DefaultStoreTimeout, Compaction: true, CompactionRetention: DefaultCompactionRetention},
+		Client: ClientLimits{MinBodyRate: 4096, BodyGrace: 10 * time.Second},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
