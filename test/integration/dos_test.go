@@ -26,8 +26,9 @@ import (
 //
 //	go test -run TestClientAPIUnderDoS -v ./test/integration -dos.conns 1000
 var (
-	dosConns  = flag.Int("dos.conns", 150, "TestClientAPIUnderDoS: hostile connections of each kind, all from 127.0.0.1")
-	dosNofile = flag.Int("dos.nofile", 512, "TestClientAPIUnderDoS: the Coordinator's RLIMIT_NOFILE (hard; the soft limit starts at half)")
+	dosConns   = flag.Int("dos.conns", 150, "TestClientAPIUnderDoS: hostile connections of each kind, all from 127.0.0.1")
+	dosNofile  = flag.Int("dos.nofile", 512, "TestClientAPIUnderDoS: the Coordinator's RLIMIT_NOFILE (hard; the soft limit starts at half)")
+	dosSources = flag.Int("dos.sources", 1, "TestClientAPIUnderDoS: hostile source addresses (1: 127.0.0.1; more: 127.0.1.1, 127.0.1.2, ...), the connections spread over them")
 )
 
 // Bounds of TestClientAPIUnderDoS.
@@ -122,8 +123,9 @@ func hostileKinds(paths ...string) []hostileKind {
 	}
 }
 
-// hostiles holds n connections of each kind from 127.0.0.1 until stopped;
-// a connection the Coordinator closes is opened again after a pause.
+// hostiles holds n connections of each kind from the hostile sources (see
+// -dos.sources) until stopped; a connection the Coordinator closes is
+// opened again after a pause.
 type hostiles struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -140,11 +142,18 @@ func holdHostiles(t *testing.T, addr string, n int, kinds []hostileKind) *hostil
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &hostiles{cancel: cancel, opened: map[string]int{}, failed: map[string]int{}, answers: map[string]map[string]int{}}
 	sem := make(chan struct{}, dosSetupWorkers)
-	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, Timeout: 5 * time.Second}
+	dialers := []*net.Dialer{{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, Timeout: 5 * time.Second}}
+	if *dosSources > 1 {
+		dialers = nil
+		for i := range *dosSources {
+			dialers = append(dialers, &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, byte(1+i/250), byte(1+i%250))}, Timeout: 5 * time.Second})
+		}
+	}
 	total := n * len(kinds)
 	h.ready.Add(total)
 	for i := range total { // round robin, so that every kind reaches the server
 		kind := kinds[i%len(kinds)]
+		dialer := dialers[i%len(dialers)]
 		h.wg.Go(func() {
 			first := true
 			for ctx.Err() == nil {
@@ -317,14 +326,14 @@ func peakRSS(t *testing.T, c *coordinator) int64 {
 // sign-quote bodies are refused before they are read, and the slow
 // recovery bodies are cut at the minimum rate (408).
 func TestClientAPIUnderDoS(t *testing.T) {
-	if *dosConns < 1 || *dosNofile < 128 {
-		t.Fatalf("-dos.conns %d, -dos.nofile %d: want at least 1 and 128", *dosConns, *dosNofile)
+	if *dosConns < 1 || *dosNofile < 128 || *dosSources < 1 || *dosSources > 1000 {
+		t.Fatalf("-dos.conns %d, -dos.nofile %d, -dos.sources %d: want at least 1, 128 and 1 (at most 1000 sources)", *dosConns, *dosNofile, *dosSources)
 	}
 	nofile := *dosNofile
 	c := startCoordinatorNofile(t, nofile/2, nofile, "QUARRY_CLIENT_BODY_GRACE=1s", "EDG_DEBUG_LOGGING=0")
 	s := newRecoverySetupOn(t, c, 1, func(*fixture) {})
 	alice := s.f.users["alice"].cert
-	t.Logf("%d hostile connections of each kind from 127.0.0.1; RLIMIT_NOFILE %d (soft %d at start)", *dosConns, nofile, nofile/2)
+	t.Logf("%d hostile connections of each kind from %d source address(es); RLIMIT_NOFILE %d (soft %d at start)", *dosConns, *dosSources, nofile, nofile/2)
 
 	var log struct {
 		Msg            string `json:"msg"`

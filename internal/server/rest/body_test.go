@@ -354,3 +354,41 @@ func TestCompleteBodyNotCutWhileHandled(t *testing.T) {
 		t.Fatalf("answer %d: %s", resp.StatusCode, raw)
 	}
 }
+
+// TestSlowBodyCutHTTP2: over HTTP/2 the minimum rate applies to each
+// stream: a stalled body is answered 408 while the connection stays
+// usable for the next request.
+func TestSlowBodyCutHTTP2(t *testing.T) {
+	c, err := core.New(context.Background(), core.Options{Data: memstore.New(), Key: memstore.New(), KeySealer: seal.SimulationKeySealer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(New(c, Options{MaxManifestBytes: 4096, MinBodyRate: 2000, BodyGrace: 300 * time.Millisecond, BodyTimeout: time.Minute}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	hc := srv.Client()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go pw.Write([]byte("{"))
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/v2/manifest", pr)
+	req.ContentLength = 5000
+	start := time.Now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(raw), "too slow") {
+		t.Fatalf("%s %d after %s: %s", resp.Proto, resp.StatusCode, time.Since(start), raw)
+	}
+	resp, err = hc.Get(srv.URL + "/api/v2/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the next request: %d", resp.StatusCode)
+	}
+}
