@@ -271,6 +271,10 @@ func TestCheapChecksBeforeTheBody(t *testing.T) {
 		{running, "anonymous", nil, "/manifest", http.StatusConflict},
 		{running, "anonymous", nil, "/api/v2/recover", http.StatusConflict},
 		{running, "anonymous", nil, "/recover", http.StatusForbidden}, // v1 recover is off
+		// sign-quote needs no user: the feature gate comes first, in
+		// every state (no manifest enables it here).
+		{running, "anonymous", nil, "/api/v2/sign-quote", http.StatusForbidden},
+		{empty, "anonymous", nil, "/api/v2/sign-quote", http.StatusForbidden},
 		{empty, "anonymous", nil, "/api/v2/recover", http.StatusConflict},
 		{empty, "alice", &alice, "/api/v2/update", http.StatusConflict},
 		{empty, "alice", &alice, "/api/v2/secrets", http.StatusConflict},
