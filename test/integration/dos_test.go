@@ -227,6 +227,18 @@ func (h *hostiles) answered(kind, status string) int {
 	return h.answers[kind][status]
 }
 
+// awaitAnswer reports whether a connection of kind was answered status
+// within d.
+func (h *hostiles) awaitAnswer(kind, status string, d time.Duration) bool {
+	for end := time.Now().Add(d); h.answered(kind, status) == 0; {
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
+}
+
 func (h *hostiles) stop() {
 	h.cancel()
 	h.wg.Wait()
@@ -366,7 +378,7 @@ func TestClientAPIUnderDoS(t *testing.T) {
 	if got := getSecrets(t, c, clientFrom("127.0.0.4", &alice), "userkey")["userkey"]; len(got.Private) != 32 {
 		t.Fatal("the uploaded secret is not stored")
 	}
-	if h.answered("slow-body", "403") == 0 {
+	if !h.awaitAnswer("slow-body", "403", 5*time.Second) {
 		t.Fatalf("no anonymous sign-quote body was refused before it was read:%s", h.summary())
 	}
 	h.stop()
@@ -377,7 +389,6 @@ func TestClientAPIUnderDoS(t *testing.T) {
 	s.breakKey(t)
 	h = holdHostiles(t, c.addr, *dosConns, hostileKinds("/api/v2/recover", "/api/v2/sign-quote"))
 	h.ready.Wait()
-	start := time.Now()
 	worst = 0
 	for round := range 3 {
 		st, body, took := timedRequest(t, clientFrom("127.0.0.3", nil), http.MethodGet, c.url("/api/v2/status"), nil)
@@ -390,10 +401,7 @@ func TestClientAPIUnderDoS(t *testing.T) {
 		map[string][]byte{"recoverySecret": s.secrets["key1"], "recoverySecretSignature": sign(t, s.keys["key1"], s.secrets["key1"])})
 	worst = max(worst, expectWithin(t, "recovery upload", st, body, took))
 	// The slow recovery bodies are cut once the grace (1s) has passed.
-	for h.answered("slow-body", "408") == 0 && time.Since(start) < 10*time.Second {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if h.answered("slow-body", "408") == 0 {
+	if !h.awaitAnswer("slow-body", "408", 10*time.Second) {
 		t.Fatalf("no slow recovery body was cut at the minimum rate:%s", h.summary())
 	}
 	h.stop()
