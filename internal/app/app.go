@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quarry-cc/quarry/internal/admission"
 	"github.com/quarry-cc/quarry/internal/attest/collateral"
 	"github.com/quarry-cc/quarry/internal/ca"
 	"github.com/quarry-cc/quarry/internal/config"
@@ -43,6 +44,8 @@ const (
 	// writeTimeout bounds the reading of a request's body, its handling and
 	// the writing of its answer.
 	writeTimeout = 2 * time.Minute
+	// readTimeout bounds the reading of a request, headers and body.
+	readTimeout = 2 * time.Minute
 	// requestTimeout is the deadline of a request's context: shorter than
 	// writeTimeout, so that the Coordinator abandons a use case (and stores
 	// nothing) while its answer can still be written, instead of storing a
@@ -235,10 +238,13 @@ func (a *App) applyStartupManifest(ctx context.Context) error {
 // server fails, the other is shut down too and Run returns the failure.
 func (a *App) Run(ctx context.Context) error {
 	defer a.unlock()
-	ln, err := net.Listen("tcp", a.cfg.ClientAddr)
+	limits := a.admitClients() // limits.go: raises and logs the file descriptor limit
+	tcpLn, err := net.Listen("tcp", a.cfg.ClientAddr)
 	if err != nil {
 		return fmt.Errorf("client API: %w", err)
 	}
+	admitted := admission.NewListener(tcpLn, limits) // connections per source and in all
+	var ln net.Listener = admitted
 	meshLn, err := net.Listen("tcp", a.cfg.MeshAddr)
 	if err != nil {
 		ln.Close()
@@ -261,6 +267,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	defer a.servePeer(peerLn, a.verifier)()
 	ln = rest.GuardPlainHTTP(ln) // plain HTTP gets a JSend 400, not net/http's text
+	go a.logAdmission(ctx, admitted)
 	bodyMem, bodyMemSource := bodyMemory(readSystemFile)
 	go a.core.Follow(ctx) // with a shared store: follow the other instances
 	var fresh *freshness  // with a shared store: every handshake presents the newest state's certificates
@@ -275,12 +282,19 @@ func (a *App) Run(ctx context.Context) error {
 		Logger:           a.log,
 		Metrics:          a.restMetrics(),
 		Readiness:        a.probe,
+
+		// Bodies keep a minimum rate and arrive within the read timeout;
+		// requests in progress are bounded per source like connections.
+		MinBodyRate:          a.cfg.Client.MinBodyRate,
+		BodyGrace:            a.cfg.Client.BodyGrace,
+		BodyTimeout:          readTimeout,
+		MaxRequestsPerSource: limits.MaxPerSource,
 	})
 	srv := &http.Server{
 		Handler:           a.syncing(handler, fresh), // store.go
 		TLSConfig:         rest.TLSConfig(freshCertificate(fresh, a.core.TLSCertificate)),
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
+		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       2 * time.Minute,
 		// Well above the documented limit (rest.MaxHeaderBytes), which the
@@ -291,6 +305,9 @@ func (a *App) Run(ctx context.Context) error {
 		// net/http's empty 200.
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     slog.NewLogLogger(a.log.Handler(), a.cfg.HTTPErrorLogLevel),
+
+		// Connections in a request are never evicted for a newcomer.
+		ConnState: admitted.ConnState,
 		HTTP2: &http.HTTP2Config{
 			// Few concurrent requests per connection, and little buffered
 			// body per stream and connection: one client must not make

@@ -181,6 +181,8 @@ type Config struct {
 
 	// Store says where the sealed state is kept (store.go).
 	Store StoreConfig
+	// Client bounds what clients can take of the Client API (client.go).
+	Client ClientLimits
 }
 
 // Load reads the configuration: defaults, then the environment (through
@@ -276,6 +278,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	fs.StringVar(&c.SGXRootCA, "sgx-root-ca", env("QUARRY_SGX_ROOT_CA", ""),
 		"PEM file with a root CA that replaces the pinned Intel SGX Root CA in quote verification (tests, private PKIs) [QUARRY_SGX_ROOT_CA]")
 	storeSettings := registerStore(fs, env)
+	clientSettings := registerClient(fs, env)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: coordinator [flags]\n"+
 			"       coordinator backup --seal-dir DIR --out FILE\n"+
@@ -374,6 +377,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		c.DNSNames = append(c.DNSNames, strings.TrimSpace(n))
 	}
 	errs = append(errs, storeSettings.apply(&c)...)
+	errs = append(errs, clientSettings.apply(&c)...)
 	if err := c.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -44,7 +44,8 @@ func TestDefaults(t *testing.T) {
 		MaxCounterName:       128,
 		MaxCounters:          2048,
 
-		Store: StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: DefaultStoreTimeout, Compaction: true, CompactionRetention: DefaultCompactionRetention},
+		Store:  StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: DefaultStoreTimeout, Compaction: true, CompactionRetention: DefaultCompactionRetention},
+		Client: ClientLimits{MinBodyRate: 4096, BodyGrace: 10 * time.Second},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)

@@ -63,6 +63,9 @@ type coordinator struct {
 	env     []string
 	// meshAddr is the Marble API's address (gRPC over TLS).
 	meshAddr string
+	// launcher, if set, runs the binary (its path and arguments follow);
+	// it must exec it, so that the process is the Coordinator's.
+	launcher []string
 
 	mu     sync.Mutex
 	logs   bytes.Buffer
@@ -87,6 +90,9 @@ func (c *coordinator) start() {
 	t := c.t
 	t.Helper()
 	c.cmd = exec.Command(coordinatorBin)
+	if len(c.launcher) > 0 {
+		c.cmd = exec.Command(c.launcher[0], append(c.launcher[1:], coordinatorBin)...)
+	}
 	c.cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"EDG_COORDINATOR_CLIENT_ADDR=127.0.0.1:0",

@@ -2,13 +2,8 @@ package rest
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
@@ -98,30 +93,6 @@ func (s *stallingStore) Load(ctx context.Context) ([]byte, store.Revision, error
 		return nil, "", errors.New("disk unreadable")
 	}
 	return s.Store.Load(ctx)
-}
-
-// activatedMarble activates a Marble "m" on c and returns its certificate.
-func activatedMarble(t *testing.T, c *core.Core) *x509.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "marble"}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	act, err := c.Activate(context.Background(), core.ActivationRequest{CSR: csr, MarbleType: "m", UUID: "6ba7b810-9dad-41d1-80b4-00c04fd430c8",
-		Peer: []*x509.Certificate{selfSignedCert(t)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	blk, _ := pem.Decode(act.Env[core.EnvCertificateChain])
-	cert, err := x509.ParseCertificate(blk.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
 }
 
 // TestRequestDeadlineSaysWhatWasStored: a change that fails past the
