@@ -157,6 +157,8 @@ type Config struct {
 
 	// Store says where the sealed state is kept (store.go).
 	Store StoreConfig
+	// Mesh are the Marble API's connection limits (mesh.go).
+	Mesh MeshConfig
 }
 
 // Load reads the configuration: defaults, then the environment (through
@@ -241,6 +243,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	fs.StringVar(&c.SGXRootCA, "sgx-root-ca", env("QUARRY_SGX_ROOT_CA", ""),
 		"PEM file with a root CA that replaces the pinned Intel SGX Root CA in quote verification (tests, private PKIs) [QUARRY_SGX_ROOT_CA]")
 	storeSettings := registerStore(fs, env)
+	meshSettings := registerMesh(fs, env)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: coordinator [flags]\n"+
 			"       coordinator backup --seal-dir DIR --out FILE\n"+
@@ -319,6 +322,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		c.DNSNames = append(c.DNSNames, strings.TrimSpace(n))
 	}
 	errs = append(errs, storeSettings.apply(&c)...)
+	errs = append(errs, meshSettings.apply(&c)...)
 	if err := c.Validate(); err != nil {
 		errs = append(errs, err)
 	}

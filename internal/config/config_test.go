@@ -40,6 +40,7 @@ func TestDefaults(t *testing.T) {
 		ActivationEvents:    10_000,
 
 		Store: StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: DefaultStoreTimeout},
+		Mesh:  MeshConfig{MaxConnections: 256, MaxConnectionsPerSource: 32},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
