@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"flag"
@@ -20,13 +21,15 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/quarry-cc/quarry/api/marblepb"
 	"github.com/quarry-cc/quarry/internal/store/etcdstore/etcdtest"
 )
 
 var (
-	dosConns = flag.Int("dos.conns", 100, "TestDenialOfService: hostile connections of each kind held at once (1000 gives the figures in docs/http.md)")
+	dosConns = flag.Int("dos.conns", 50, "TestDenialOfService: hostile connections of each kind held at once (1000 gives the figures in docs/http.md)")
 	dosWait  = flag.Bool("dos.wait", false, "TestDenialOfService: also wait out the Marble API's 10 s request read timeout and check that the server closed the held connections")
 )
 
@@ -34,6 +37,8 @@ var (
 const (
 	dosLatency = time.Second
 	dosMaxRSS  = 300 << 20
+	// dosOpenWait bounds the wait for the hostile connections to open.
+	dosOpenWait = 5 * time.Second
 	// The per-source limits of the Marble API and the peer key server
 	// (their defaults).
 	dosMeshPerSource = 32
@@ -90,6 +95,7 @@ type hostile struct {
 	mu       sync.Mutex
 	conns    []net.Conn
 	admitted atomic.Int64
+	took     time.Duration // to open them
 }
 
 func (h *hostile) closeAll() {
@@ -103,6 +109,8 @@ func (h *hostile) closeAll() {
 // open makes n connections with dial, 32 at a time; dial returns the
 // connection and whether the server let it through.
 func (h *hostile) open(n int, dial func() (net.Conn, bool)) {
+	start := time.Now()
+	defer func() { h.took = time.Since(start) }()
 	sem := make(chan struct{}, 32)
 	var wg sync.WaitGroup
 	for range n {
@@ -222,6 +230,22 @@ func writeUnfinished(c net.Conn, block []byte) bool {
 	return true
 }
 
+// activateWithin activates m as "backend" with uuid over the Marble API,
+// giving up after timeout.
+func activateWithin(t *testing.T, c *coordinator, m *testMarble, uuid string, timeout time.Duration) (*marblepb.Parameters, error) {
+	t.Helper()
+	cfg := &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{m.cert}, MinVersion: tls.VersionTLS12}
+	cc, err := grpc.NewClient("passthrough:///"+c.meshAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	resp, err := marblepb.NewMarbleClient(cc).Activate(ctx, &marblepb.ActivationReq{CSR: m.csr, MarbleType: "backend", UUID: uuid})
+	return resp.GetParameters(), err
+}
+
 // peerFlood opens a TLS 1.3 session to the peer key server from the
 // hostile source, reads its hello and claims a message of 256 KiB: what
 // anyone who reaches the port can do before any attestation.
@@ -279,46 +303,65 @@ func TestDenialOfService(t *testing.T) {
 
 	start := time.Now()
 	tcp := &hostile{name: "TCP only", source: "127.0.0.2"}
-	tcp.open(n, func() (net.Conn, bool) {
-		c := tcp.dial(c.meshAddr)
-		return c, c != nil
-	})
 	stream := &hostile{name: "TLS holding an Activate stream", source: "127.0.0.3"}
-	stream.open(n, func() (net.Conn, bool) {
-		tc, ok := stream.meshTLS(c.meshAddr, throwaway)
-		if ok {
-			ok = http2.NewFramer(tc, nil).WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: activateHeaders(0), EndHeaders: true}) == nil
-		}
-		if tc == nil {
-			return nil, false
-		}
-		return tc, ok
-	})
-	partial := &hostile{name: "unfinished header block of 256 KiB", source: "127.0.0.4"}
-	block := activateHeaders(256 << 10)
-	partial.open(n, func() (net.Conn, bool) {
-		tc, ok := partial.meshTLS(c.meshAddr, throwaway)
-		if ok {
-			ok = writeUnfinished(tc, block)
-		}
-		if tc == nil {
-			return nil, false
-		}
-		return tc, ok
-	})
+	partial := &hostile{name: "unfinished header block of 64 KiB", source: "127.0.0.4"}
 	flood := &hostile{name: "peer key server, 256 KiB claimed", source: "127.0.0.5"}
-	flood.open(n, func() (net.Conn, bool) {
-		pc, ok := flood.peerFlood(peerAddr, throwaway)
-		if pc == nil {
-			return nil, false
-		}
-		return pc, ok
+	block := activateHeaders(64 << 10)
+	var opening sync.WaitGroup
+	opening.Go(func() {
+		tcp.open(n, func() (net.Conn, bool) {
+			c := tcp.dial(c.meshAddr)
+			return c, c != nil
+		})
+	})
+	opening.Go(func() {
+		stream.open(n, func() (net.Conn, bool) {
+			tc, ok := stream.meshTLS(c.meshAddr, throwaway)
+			if ok {
+				ok = http2.NewFramer(tc, nil).WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: activateHeaders(0), EndHeaders: true}) == nil
+			}
+			if tc == nil {
+				return nil, false
+			}
+			return tc, ok
+		})
+	})
+	opening.Go(func() {
+		partial.open(n, func() (net.Conn, bool) {
+			tc, ok := partial.meshTLS(c.meshAddr, throwaway)
+			if ok {
+				ok = writeUnfinished(tc, block)
+			}
+			if tc == nil {
+				return nil, false
+			}
+			return tc, ok
+		})
+	})
+	opening.Go(func() {
+		flood.open(n, func() (net.Conn, bool) {
+			pc, ok := flood.peerFlood(peerAddr, throwaway)
+			if pc == nil {
+				return nil, false
+			}
+			return pc, ok
+		})
 	})
 	defer func() {
+		opening.Wait()
 		for _, h := range []*hostile{tcp, stream, partial, flood} {
 			h.closeAll()
 		}
 	}()
+	// The genuine clients go when the hostile ones are open, or after
+	// dosOpenWait at the latest (a server that makes them queue must not
+	// stall the test until they have gone through).
+	opened := make(chan struct{})
+	go func() { opening.Wait(); close(opened) }()
+	select {
+	case <-opened:
+	case <-time.After(dosOpenWait):
+	}
 	// /events clients that never read their answer.
 	metrics := metricsAddr(t, c)
 	for range 16 {
@@ -329,11 +372,13 @@ func TestDenialOfService(t *testing.T) {
 		defer ec.Close()
 		fmt.Fprintf(ec, "GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
 	}
-	opened := time.Since(start)
+	openTime := time.Since(start)
 
 	// The genuine clients, from 127.0.0.1.
 	t0 := time.Now()
-	m.mustActivate(t, c, "backend", marbleUUIDB)
+	if _, err := activateWithin(t, c, m, marbleUUIDB, 5*time.Second); err != nil {
+		t.Fatalf("a genuine activation while the hostile connections are held: %v (after %s)", err, time.Since(t0))
+	}
 	activation := time.Since(t0)
 	t0 = time.Now()
 	expect(t, do(t, hc, http.MethodGet, c.url("/api/v2/status"), nil), http.StatusOK, "success")
@@ -345,10 +390,10 @@ func TestDenialOfService(t *testing.T) {
 		t.Errorf("/events: %d, want 200, or 503 while busy", code)
 	}
 	rss := vmHWM(t, c.cmd.Process.Pid)
-	t.Logf("%d connections of each kind held, each kind from its own address (opened in %s); activation from 127.0.0.1 %s, GET /api/v2/status %s, GET /events %s (%d); coordinator peak RSS (VmHWM) %d MiB",
-		n, opened.Round(time.Millisecond), activation.Round(time.Millisecond), status.Round(time.Millisecond), events.Round(time.Millisecond), code, rss>>20)
+	t.Logf("%d connections of each kind held, each kind from its own address (the genuine clients went after %s); activation from 127.0.0.1 %s, GET /api/v2/status %s, GET /events %s (%d); coordinator peak RSS (VmHWM) %d MiB",
+		n, openTime.Round(time.Millisecond), activation.Round(time.Millisecond), status.Round(time.Millisecond), events.Round(time.Millisecond), code, rss>>20)
 	for _, h := range []*hostile{tcp, stream, partial, flood} {
-		t.Logf("%s from %s: %d of %d got as far as they try", h.name, h.source, h.admitted.Load(), n)
+		t.Logf("%s from %s: %d of %d got as far as they try (opened in %s)", h.name, h.source, h.admitted.Load(), n, h.took.Round(time.Millisecond))
 	}
 	if activation > dosLatency || status > dosLatency || events > dosLatency {
 		t.Errorf("while the hostile connections are held: activation %s, status %s, /events %s; want each within %s", activation, status, events, dosLatency)
@@ -356,6 +401,7 @@ func TestDenialOfService(t *testing.T) {
 	if rss > dosMaxRSS {
 		t.Errorf("the coordinator's peak RSS is %d MiB, want under %d MiB", rss>>20, dosMaxRSS>>20)
 	}
+	opening.Wait()
 	// One source holds no more than its share of each server: the server
 	// closes the rest at once (an unfinished header block as soon as it
 	// passes the header list limit).
@@ -389,4 +435,3 @@ func TestDenialOfService(t *testing.T) {
 		}
 	}
 }
-
