@@ -17,7 +17,7 @@ const (
 	// /64).
 	DefaultMeshMaxConnectionsPerSource = 32
 	// maxMeshConnections bounds the setting: each connection needs a file
-	// descriptor and about 200 KiB of buffers.
+	// descriptor and about 80 KiB of buffers.
 	maxMeshConnections = 65536
 )
 

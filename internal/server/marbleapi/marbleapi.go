@@ -52,8 +52,8 @@ const (
 	// connections than the heaviest source, whose oldest connection then
 	// makes room (package limit). With DefaultMaxStreams requests of
 	// DefaultMaxRecvBytes each, the requests of all connections together
-	// take at most 256 MiB, and each connection's buffers (TLS, HTTP/2
-	// frames and flow-control windows, headers) about 200 KiB more.
+	// take at most 256 MiB; a connection holding a stream takes about
+	// 80 KiB more (TLS, HTTP/2 frames, headers; docs/http.md).
 	DefaultMaxConnections = 256
 	// DefaultMaxConnectionsPerSource bounds the connections of one source
 	// (an IPv4 address or an IPv6 /64): connections from one address,
