@@ -392,9 +392,6 @@ func TestDenialOfService(t *testing.T) {
 	rss := vmHWM(t, c.cmd.Process.Pid)
 	t.Logf("%d connections of each kind held, each kind from its own address (the genuine clients went after %s); activation from 127.0.0.1 %s, GET /api/v2/status %s, GET /events %s (%d); coordinator peak RSS (VmHWM) %d MiB",
 		n, openTime.Round(time.Millisecond), activation.Round(time.Millisecond), status.Round(time.Millisecond), events.Round(time.Millisecond), code, rss>>20)
-	for _, h := range []*hostile{tcp, stream, partial, flood} {
-		t.Logf("%s from %s: %d of %d got as far as they try (opened in %s)", h.name, h.source, h.admitted.Load(), n, h.took.Round(time.Millisecond))
-	}
 	if activation > dosLatency || status > dosLatency || events > dosLatency {
 		t.Errorf("while the hostile connections are held: activation %s, status %s, /events %s; want each within %s", activation, status, events, dosLatency)
 	}
@@ -402,6 +399,9 @@ func TestDenialOfService(t *testing.T) {
 		t.Errorf("the coordinator's peak RSS is %d MiB, want under %d MiB", rss>>20, dosMaxRSS>>20)
 	}
 	opening.Wait()
+	for _, h := range []*hostile{tcp, stream, partial, flood} {
+		t.Logf("%s from %s: %d of %d got as far as they try (opened in %s)", h.name, h.source, h.admitted.Load(), n, h.took.Round(time.Millisecond))
+	}
 	// One source holds no more than its share of each server: the server
 	// closes the rest at once (an unfinished header block as soon as it
 	// passes the header list limit).
