@@ -318,10 +318,13 @@ func (a *App) Run(ctx context.Context) error {
 		},
 	}
 	mesh := marbleapi.New(a.core, freshCertificate(fresh, a.core.MarbleTLSCertificate), marbleapi.Options{
-		MaxSendBytes:   marbleapi.MaxSendBytesFor(a.cfg.MaxManifestBytes),
-		RequestTimeout: requestTimeout,
-		Logger:         a.log,
-		Interceptors:   a.grpcInterceptors(),
+		MaxSendBytes:            marbleapi.MaxSendBytesFor(a.cfg.MaxManifestBytes),
+		MaxConnections:          a.cfg.Mesh.MaxConnections,
+		MaxConnectionsPerSource: a.cfg.Mesh.MaxConnectionsPerSource,
+		OnRefuse:                a.refusalLog("marble API"), // limits.go
+		RequestTimeout:          requestTimeout,
+		Logger:                  a.log,
+		Interceptors:            a.grpcInterceptors(),
 	})
 	stopMetrics := a.serveMetrics(metricsLn, mesh)
 

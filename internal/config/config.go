@@ -183,6 +183,8 @@ type Config struct {
 	Store StoreConfig
 	// Client bounds what clients can take of the Client API (client.go).
 	Client ClientLimits
+	// Mesh are the Marble API's connection limits (mesh.go).
+	Mesh MeshConfig
 }
 
 // Load reads the configuration: defaults, then the environment (through
@@ -279,6 +281,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"PEM file with a root CA that replaces the pinned Intel SGX Root CA in quote verification (tests, private PKIs) [QUARRY_SGX_ROOT_CA]")
 	storeSettings := registerStore(fs, env)
 	clientSettings := registerClient(fs, env)
+	meshSettings := registerMesh(fs, env)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: coordinator [flags]\n"+
 			"       coordinator backup --seal-dir DIR --out FILE\n"+
@@ -378,6 +381,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	}
 	errs = append(errs, storeSettings.apply(&c)...)
 	errs = append(errs, clientSettings.apply(&c)...)
+	errs = append(errs, meshSettings.apply(&c)...)
 	if err := c.Validate(); err != nil {
 		errs = append(errs, err)
 	}

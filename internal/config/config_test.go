@@ -46,6 +46,7 @@ func TestDefaults(t *testing.T) {
 
 		Store:  StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: DefaultStoreTimeout, Compaction: true, CompactionRetention: DefaultCompactionRetention},
 		Client: ClientLimits{MinBodyRate: 4096, BodyGrace: 10 * time.Second},
+		Mesh:   MeshConfig{MaxConnections: 256, MaxConnectionsPerSource: 32},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
