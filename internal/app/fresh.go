@@ -15,6 +15,12 @@ type syncer interface {
 	Sync(ctx context.Context) error
 }
 
+// handshakeReloadWait bounds how long a handshake waits for its sync: the
+// sync itself gives up within the store timeout when the store is away,
+// but reloading a newer, large state while the store answers may take
+// longer, and the handshake must then present that state's certificate.
+const handshakeReloadWait = 30 * time.Second
+
 // freshness coalesces the syncs of concurrent TLS handshakes: a handshake
 // waits for a sync that STARTED after it arrived (so that it sees every
 // change acknowledged before it began), and all handshakes that arrive
@@ -23,8 +29,8 @@ type syncer interface {
 // anonymous connections cannot multiply the reads sent to etcd.
 type freshness struct {
 	s syncer
-	// timeout bounds one sync and a handshake's wait for it (the store
-	// timeout; 0: core.DefaultStoreTimeout).
+	// timeout is the store timeout (0: core.DefaultStoreTimeout): how
+	// long a failed sync is remembered depends on it (failedRecently).
 	timeout time.Duration
 
 	// failedAt is when the last sync failed (Unix nanoseconds; 0 when the
@@ -76,9 +82,11 @@ func (f *freshness) sync(ctx context.Context) error {
 }
 
 // run performs one sync with its own deadline (not a handshake's, which
-// others share) and publishes its result.
+// others share) and publishes its result. The sync answers within the
+// store timeout when the store is away; only a reload of a newer state,
+// while the store answers, may take longer (core.Core.Sync).
 func (f *freshness) run(r *syncRound) {
-	ctx, cancel := context.WithTimeout(context.Background(), f.wait())
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeReloadWait)
 	r.err = f.s.Sync(ctx)
 	cancel()
 	f.note(r.err, time.Now())
@@ -149,7 +157,7 @@ func freshCertificate(f *freshness, cert func() *tls.Certificate) func() *tls.Ce
 			// until it answers.
 			return cert()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), f.wait())
+		ctx, cancel := context.WithTimeout(context.Background(), handshakeReloadWait)
 		defer cancel()
 		f.sync(ctx) // an error: the store is away; see above
 		return cert()

@@ -191,9 +191,7 @@ func (a *App) syncing(next http.Handler, fresh *freshness) http.Handler {
 		if fresh.failedRecently(time.Now()) {
 			err = errStoreAway
 		} else {
-			ctx, cancel := context.WithTimeout(r.Context(), a.cfg.Store.Timeout)
-			err = a.core.Sync(ctx)
-			cancel()
+			err = a.core.Sync(r.Context()) // within the store timeout when the store is away
 			fresh.note(err, time.Now())
 		}
 		if err != nil {

@@ -142,6 +142,10 @@ type Core struct {
 	// unknown). Sync, while a change of this instance holds mu, answers
 	// "fresh" without waiting when the store still has these revisions.
 	clean atomic.Pointer[[2]store.Revision]
+	// reloading is set while Sync, holding mu, reloads a newer stored
+	// state: a Sync that finds mu taken then waits for it (it is what that
+	// Sync needs) instead of giving up after the store timeout.
+	reloading atomic.Bool
 	// logs reads and writes the update log's segments.
 	logs logStore
 }

@@ -48,6 +48,10 @@ type changeNotifier interface {
 // a compare-and-swap to another instance.
 const maxConflictRetries = 16
 
+// reloadTimeout bounds a reload of a newer state that Sync found (reading
+// and opening it while the store answers).
+const reloadTimeout = 30 * time.Second
+
 // DefaultStoreTimeout is Options.StoreTimeout's default: how long one step
 // with a shared store may take before the request is answered 503.
 const DefaultStoreTimeout = 2 * time.Second
@@ -184,9 +188,14 @@ func (c *Core) Sync(ctx context.Context) error {
 	if s == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.opts.StoreTimeout)
+	// The store timeout bounds the check and the wait for the lock: with
+	// the store away the answer comes within it. A reload that follows
+	// reads and opens the newer state with the caller's deadline (at
+	// most reloadTimeout): a large state may take longer than the store
+	// timeout to read while the store answers.
+	bctx, cancel := context.WithTimeout(ctx, c.opts.StoreTimeout)
 	defer cancel()
-	drev, krev, err := s.Revisions(ctx, c.vault.key)
+	drev, krev, err := s.Revisions(bctx, c.vault.key)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -197,9 +206,16 @@ func (c *Core) Sync(ctx context.Context) error {
 		if cl := c.clean.Load(); cl != nil && cl[0] == drev && cl[1] == krev {
 			return nil
 		}
-		// Otherwise wait for it, no longer than the deadline: the write
-		// itself is bounded, but a request must not stall on it.
-		if err := c.mu.LockContext(ctx); err != nil {
+		// Otherwise wait for it. Behind a reload of a newer state (it
+		// brings what this caller needs, and it runs only while the
+		// store answers) with the caller's deadline; behind a write no
+		// longer than the store timeout: the write itself is bounded,
+		// but a request must not stall on it.
+		wctx := bctx
+		if c.reloading.Load() {
+			wctx = ctx
+		}
+		if err := c.mu.LockContext(wctx); err != nil {
 			return fmt.Errorf("%w: another change of this instance is still being stored: %w", ErrUnavailable, err)
 		}
 	}
@@ -209,7 +225,12 @@ func (c *Core) Sync(ctx context.Context) error {
 		return nil
 	}
 	c.clean.Store(nil)
-	if err := c.reload(ctx); err != nil {
+	rctx, rcancel := context.WithTimeout(ctx, reloadTimeout)
+	defer rcancel()
+	c.reloading.Store(true)
+	err = c.reload(rctx)
+	c.reloading.Store(false)
+	if err != nil {
 		return err
 	}
 	if !c.vault.unsure {
@@ -273,7 +294,7 @@ func (c *Core) Follow(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-changes:
-			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			sctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 			if err := c.Sync(sctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("following the shared state failed; the next request tries again", "error", err.Error())
 			}

@@ -12,7 +12,12 @@ import (
 // certificate and returns the answer.
 func (s *marbleSetup) postCounter(t *testing.T, cert *tls.Certificate, name string, value uint64) response {
 	t.Helper()
-	return do(t, s.c.client(s.root, cert), http.MethodPost, s.c.url("/api/v2/monotonic-counter"),
+	// A client per call: its connection is closed after the answer, so
+	// that many calls do not hold many idle connections from one address
+	// (the Client API bounds those per source: docs/http.md).
+	hc := s.c.client(s.root, cert)
+	defer hc.CloseIdleConnections()
+	return do(t, hc, http.MethodPost, s.c.url("/api/v2/monotonic-counter"),
 		map[string]any{"name": name, "value": value})
 }
 
