@@ -33,7 +33,16 @@ var (
 	ErrLogHeadMismatch      = logchain.ErrHeadMismatch
 	ErrCheckpointSignature  = logchain.ErrCheckpointSignature
 	ErrCheckpointNotExtends = logchain.ErrNotExtension
+	// ErrLogRestored: the log does not extend a saved checkpoint because
+	// a restore from a backup, recorded in the log, discarded entries
+	// after it (a *LogRestoredError says where). It comes with
+	// ErrCheckpointNotExtends: a restore is not an extension.
+	ErrLogRestored = logchain.ErrRestored
 )
+
+// LogRestoredError explains a checkpoint that a restore from a backup
+// discarded (docs/update-log.md, "Restores").
+type LogRestoredError = logchain.RestoreError
 
 // ErrLogNoRoot: verifying the log needs the pinned root certificate.
 var ErrLogNoRoot = errors.New("verifying the update log needs a pinned root certificate (WithRootCertificate)")
@@ -114,7 +123,30 @@ type VerifiedLog struct {
 // the pinned root certificate: every entry from the first (or, with since,
 // from a checkpoint saved earlier, which the current one must extend) to
 // the latest checkpoint.
+//
+// When the log does not extend since, it fetches and verifies the whole
+// log and looks for a restore from a backup recorded in it that discarded
+// since's entries: the error is then a *LogRestoredError (wrapping
+// ErrCheckpointNotExtends and ErrLogRestored) saying at which entry the
+// log was restored and what it discarded; otherwise it wraps
+// ErrCheckpointNotExtends alone. Either way the log is not accepted as an
+// extension of since.
 func (c *Client) VerifyUpdateLog(ctx context.Context, since *LogCheckpoint) (*VerifiedLog, error) {
+	v, err := c.verifyUpdateLog(ctx, since)
+	if since == nil || !errors.Is(err, ErrCheckpointNotExtends) {
+		return v, err
+	}
+	whole, werr := c.verifyUpdateLog(ctx, nil)
+	if werr != nil {
+		return nil, errors.Join(err, fmt.Errorf("verifying the whole log: %w", werr))
+	}
+	if why := logchain.ExplainNotExtension(c.Root(), *since, whole.Records); why != nil {
+		return nil, why
+	}
+	return nil, err
+}
+
+func (c *Client) verifyUpdateLog(ctx context.Context, since *LogCheckpoint) (*VerifiedLog, error) {
 	root := c.Root()
 	if root == nil {
 		return nil, ErrLogNoRoot

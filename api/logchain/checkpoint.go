@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// Checkpoint is a head signed by the Coordinator's root key (behaviour.md
-// §9) when the log changed: the signature is ECDSA (ASN.1) over
-// SHA-256(SignedBytes()), verifiable with the root certificate a client
-// pinned.
+// Checkpoint is a head signed by the Coordinator's root key (the key of
+// the root certificate clients pin; P-384 for a root Quarry made) when the
+// log changed: the signature is ECDSA, DER-encoded, over
+// SHA-256(SignedBytes()) (docs/update-log.md, "Checkpoints").
 type Checkpoint struct {
 	Count uint64 `json:"count"`
 	Head  Hash   `json:"head"`
@@ -64,8 +64,8 @@ func (c Checkpoint) Verify(root *x509.Certificate) error {
 	if !ok {
 		return fmt.Errorf("%w: the root certificate has no ECDSA key", ErrCheckpointSignature)
 	}
-	if _, err := time.Parse(TimeFormat, c.Time); err != nil {
-		return fmt.Errorf("%w: bad time %q", ErrCheckpointSignature, c.Time)
+	if t, err := time.Parse(TimeFormat, c.Time); err != nil || t.UTC().Format(TimeFormat) != c.Time {
+		return fmt.Errorf("%w: bad time %q (the form is 2006-01-02T15:04:05.000Z: UTC, milliseconds)", ErrCheckpointSignature, c.Time)
 	}
 	digest := sha256.Sum256(c.SignedBytes())
 	if !ecdsa.VerifyASN1(pub, digest[:], c.Signature) {

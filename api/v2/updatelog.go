@@ -5,8 +5,8 @@ const (
 	// QueryAfter skips the entries up to and including this sequence
 	// number (default 0: from the first entry).
 	QueryAfter = "after"
-	// QueryLimit is the most entries returned (default 1000, at most
-	// 10000).
+	// QueryLimit is the most entries returned: 1 to 10000, 1000 when it
+	// is absent; 0 and larger values are refused (400).
 	QueryLimit = "limit"
 )
 
@@ -32,7 +32,8 @@ type LogCheckpoint struct {
 
 // UpdateLogPageResponse is the data of GET /api/v2/update-log: the
 // entries after QueryAfter, the chain hash of entry QueryAfter (Prev; 64
-// zeros for 0), and the latest checkpoint.
+// zeros for 0), and the latest checkpoint, from the same state as the
+// entries (its count is at least the last entry's seq).
 type UpdateLogPageResponse struct {
 	Entries    []LogRecord   `json:"entries"`
 	Prev       string        `json:"prev"`

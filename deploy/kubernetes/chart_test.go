@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -127,7 +128,7 @@ func byKind(objs []obj, kind string) []obj {
 }
 
 func TestChartLint(t *testing.T) {
-	for _, sets := range [][]string{nil, haSets, {"serviceMonitor.enabled=true"}} {
+	for _, sets := range [][]string{nil, haSets, {"serviceMonitor.enabled=true"}, {"prometheusRule.enabled=true"}} {
 		args := []string{"lint", "--strict", chartDir}
 		for _, s := range sets {
 			args = append(args, "--set", s)
@@ -270,12 +271,20 @@ func TestChartHA(t *testing.T) {
 	}
 	want := map[string]string{"QUARRY_STORE": "etcd", "QUARRY_ETCD_ENDPOINTS": "https://etcd-0.etcd:2379,https://etcd-1.etcd:2379",
 		"QUARRY_ETCD_PREFIX": "/quarry/", "QUARRY_INSECURE_PEER_TRUST": "1",
+		"QUARRY_ETCD_COMPACTION": "1", "QUARRY_ETCD_COMPACTION_RETENTION": "5m",
 		"QUARRY_PEER_ADDR": ":2003", "QUARRY_PEER_ADVERTISE_ADDR": "$(POD_IP):2003"}
 	if r.ports["peer"] != port(t, r.cfg.Store.PeerAddr) {
 		t.Errorf("peer port %v, QUARRY_PEER_ADDR %q", r.ports["peer"], r.cfg.Store.PeerAddr)
 	}
 	if !r.cfg.Store.InsecurePeerTrust {
 		t.Error("ha.insecurePeerTrust=true does not reach the configuration")
+	}
+	if !r.cfg.Store.Compaction || r.cfg.Store.CompactionRetention.String() != "5m0s" {
+		t.Errorf("compaction %v, retention %v: the chart's defaults do not reach the configuration", r.cfg.Store.Compaction, r.cfg.Store.CompactionRetention)
+	}
+	off := render(t, objects(t, append(haSets, "ha.etcd.compaction=false", "ha.etcd.compactionRetention=1h")...))
+	if off.cfg.Store.Compaction || off.cfg.Store.CompactionRetention.String() != "1h0m0s" {
+		t.Errorf("ha.etcd.compaction=false, compactionRetention=1h: %v, %v", off.cfg.Store.Compaction, off.cfg.Store.CompactionRetention)
 	}
 	for k, v := range want {
 		if r.env[k] != v {
@@ -342,6 +351,41 @@ func TestChartServiceMonitor(t *testing.T) {
 	if len(matched) != 1 || str(matched[0], "spec", "ports", 0, "name") != "metrics" ||
 		r.ports[str(matched[0], "spec", "ports", 0, "targetPort")] != port(t, r.cfg.PrometheusAddr) {
 		t.Fatalf("the ServiceMonitor selects %d Services: %v", len(matched), matched)
+	}
+}
+
+// TestChartPrometheusRule: the alert rules name the Coordinator's etcd
+// metrics (docs/operations.md) and the configured ratio.
+func TestChartPrometheusRule(t *testing.T) {
+	if n := len(byKind(objects(t), "PrometheusRule")); n != 0 {
+		t.Fatalf("%d PrometheusRules by default", n)
+	}
+	objs := objects(t, "prometheusRule.enabled=true", "prometheusRule.labels.release=prom", "prometheusRule.etcdQuotaRatio=0.7")
+	pr := byKind(objs, "PrometheusRule")
+	if len(pr) != 1 || str(pr[0], "metadata", "labels", "release") != "prom" {
+		t.Fatalf("PrometheusRules %v", pr)
+	}
+	exprs := map[string]string{}
+	for _, g := range list(pr[0], "spec", "groups") {
+		for _, r := range list(g, "rules") {
+			exprs[str(r, "alert")] = str(r, "expr")
+		}
+	}
+	near := exprs["QuarryEtcdDatabaseNearQuota"]
+	if !strings.Contains(near, "quarry_etcd_db_size_bytes / quarry_etcd_db_quota_bytes") || !strings.HasSuffix(near, "> 0.7") {
+		t.Errorf("QuarryEtcdDatabaseNearQuota: %q", near)
+	}
+	ops, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"quarry_etcd_db_size_bytes", "quarry_etcd_db_quota_bytes", "quarry_etcd_compactions_total", "quarry_etcd_up"} {
+		if !strings.Contains(strings.Join(slices.Collect(maps.Values(exprs)), " "), name) {
+			t.Errorf("no rule uses %s", name)
+		}
+		if !strings.Contains(string(ops), "`"+name+"`") {
+			t.Errorf("docs/operations.md does not describe %s", name)
+		}
 	}
 }
 

@@ -132,6 +132,10 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 	if err := a.joinShared(ctx, sealer); err != nil {
 		return err
 	}
+	marker, err := a.restoreMarker()
+	if err != nil {
+		return err
+	}
 	opts := core.Options{
 		Names:     ca.Names{DNS: dns, IPs: ips},
 		Data:      data,
@@ -148,12 +152,16 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 
 		RecoveryTimeout:   a.cfg.RecoveryTimeout,
 		StoreTimeout:      a.cfg.Store.Timeout,
+		MaxStateBytes:     int(a.cfg.MaxStateBytes),
 		AllowQuoteFailure: a.cfg.DevMode,
 		SecretLimits:      secrets.Limits{MaxSecrets: a.cfg.MaxSecrets, MaxWork: a.cfg.MaxSecretGeneration},
 		// Every activation attempt is logged by the core itself.
 		ActivationEvents: activationEvents(a.cfg.ActivationEvents),
 		OnActivation:     a.hooks.onActivation,
 		OnCommit:         a.hooks.onCommit,
+
+		// The marker of a restore from a backup (core/restored.go).
+		RestoreMarker: marker,
 	}
 	a.peerOptions(&opts) // peer.go
 	a.core, err = core.New(ctx, opts)
@@ -267,7 +275,7 @@ func (a *App) Run(ctx context.Context) error {
 		Readiness:        a.probe,
 	})
 	srv := &http.Server{
-		Handler:           a.syncing(handler), // store.go
+		Handler:           a.syncing(handler, fresh), // store.go
 		TLSConfig:         rest.TLSConfig(freshCertificate(fresh, a.core.TLSCertificate)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,

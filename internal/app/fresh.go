@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/core"
@@ -25,6 +26,10 @@ type freshness struct {
 	// timeout bounds one sync and a handshake's wait for it (the store
 	// timeout; 0: core.DefaultStoreTimeout).
 	timeout time.Duration
+
+	// failedAt is when the last sync failed (Unix nanoseconds; 0 when the
+	// last one succeeded): see failedRecently.
+	failedAt atomic.Int64
 
 	mu sync.Mutex // protects running and pending
 	// running is the sync under way; pending the one that starts when
@@ -76,6 +81,7 @@ func (f *freshness) run(r *syncRound) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.wait())
 	r.err = f.s.Sync(ctx)
 	cancel()
+	f.note(r.err, time.Now())
 	f.mu.Lock()
 	if f.running == r {
 		f.running = nil
@@ -91,6 +97,31 @@ func wait(ctx context.Context, r *syncRound) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// note records the outcome of a sync finished at now.
+func (f *freshness) note(err error, now time.Time) {
+	if f == nil {
+		return
+	}
+	if err != nil {
+		f.failedAt.Store(now.UnixNano())
+	} else {
+		f.failedAt.Store(0)
+	}
+}
+
+// failedRecently reports whether a sync failed less than a moment before
+// now (half the store timeout, at most 1 s): the store is then taken to be
+// still away, and a request is refused without waiting for it again.
+// Only refusals are answered this way, never a state, so a store that came
+// back a moment ago costs at most that moment of 503s.
+func (f *freshness) failedRecently(now time.Time) bool {
+	if f == nil {
+		return false
+	}
+	t := f.failedAt.Load()
+	return t != 0 && now.Sub(time.Unix(0, t)) < min(time.Second, f.wait()/2)
 }
 
 func (f *freshness) wait() time.Duration {
@@ -112,6 +143,12 @@ func freshCertificate(f *freshness, cert func() *tls.Certificate) func() *tls.Ce
 		return cert
 	}
 	return func() *tls.Certificate {
+		if f.failedRecently(time.Now()) {
+			// The store was away a moment ago: do not wait for it again;
+			// every request over this connection is refused (syncing)
+			// until it answers.
+			return cert()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), f.wait())
 		defer cancel()
 		f.sync(ctx) // an error: the store is away; see above

@@ -132,3 +132,37 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestFreshnessRemembersAFailureBriefly: after a failed sync the store is
+// taken to be away for half the store timeout (at most 1 s), so requests
+// and handshakes are refused without waiting again; a success clears it.
+func TestFreshnessRemembersAFailureBriefly(t *testing.T) {
+	s := &countingSyncer{release: make(chan struct{}), err: errors.New("etcd away")}
+	close(s.release)
+	f := &freshness{s: s, timeout: 2 * time.Second}
+	now := time.Now()
+	if f.failedRecently(now) {
+		t.Fatal("failed recently before any sync")
+	}
+	f.sync(context.Background())
+	if !f.failedRecently(time.Now()) {
+		t.Fatal("a sync that just failed is not remembered")
+	}
+	if f.failedRecently(time.Now().Add(1100 * time.Millisecond)) {
+		t.Fatal("a failure is remembered for more than 1 s")
+	}
+	f.note(nil, time.Now())
+	if f.failedRecently(time.Now()) {
+		t.Fatal("a success did not clear the failure")
+	}
+	short := &freshness{s: s, timeout: 400 * time.Millisecond}
+	short.note(errors.New("x"), now)
+	if short.failedRecently(now.Add(250 * time.Millisecond)) {
+		t.Fatal("with a 400 ms store timeout a failure is remembered past 200 ms")
+	}
+	var none *freshness // the file store: no freshness
+	if none.failedRecently(now) {
+		t.Fatal("nil freshness reports a failure")
+	}
+	none.note(errors.New("x"), now)
+}

@@ -37,6 +37,12 @@ func (h *metricsHooks) onCommit(r core.CommitResult) {
 	}
 }
 
+func (h *metricsHooks) onCompaction(err error) {
+	if m := h.m.Load(); m != nil {
+		m.OnCompaction(err)
+	}
+}
+
 // initMetrics makes the readiness probe and, when a metrics address is
 // set, the metrics (in the App's own registry).
 func (a *App) initMetrics() {
@@ -49,11 +55,23 @@ func (a *App) initMetrics() {
 	if a.collateral != nil {
 		opts.CollateralNextUpdate = a.collateral.NextUpdate
 	}
+	if a.etcd != nil {
+		opts.EtcdStatus = a.etcdStatus
+	}
 	a.metrics = metrics.New(a.core, opts)
 	a.hooks.m.Store(a.metrics)
 	if a.cfg.MetricsMarbleUUIDLabel {
 		a.log.Warn("the activation metrics carry a uuid label: every Marble instance makes new series (QUARRY_METRICS_MARBLE_UUID_LABEL)")
 	}
+}
+
+// etcdStatus asks every etcd endpoint for its database size and quota.
+func (a *App) etcdStatus(ctx context.Context) []metrics.EtcdMember {
+	var out []metrics.EtcdMember
+	for _, s := range a.etcd.Status(ctx) {
+		out = append(out, metrics.EtcdMember{Endpoint: s.Endpoint, OK: s.Err == nil, DBSize: s.DBSize, DBSizeInUse: s.DBSizeInUse, Quota: s.Quota})
+	}
+	return out
 }
 
 // checkSealDir fails when the seal directory is gone (the file store

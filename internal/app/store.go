@@ -77,6 +77,23 @@ func (a *App) openEtcd(ctx context.Context) (store.Store, store.Store, func() er
 		return nil, nil, nil, err
 	}
 	a.etcd = cli
+	if s.Compaction {
+		// docs/ha.md, "Compaction": the history behind the commits of
+		// this instance, older than the retention.
+		cli.EnableCompaction(etcdstore.CompactionOptions{
+			Retention: s.CompactionRetention,
+			Done: func(rev int64, err error) {
+				a.hooks.onCompaction(err)
+				if err != nil {
+					a.log.Warn("compacting etcd's history failed; the next commit tries again", "revision", rev, "error", err.Error())
+					return
+				}
+				a.log.Debug("compacted etcd's history", "revision", rev)
+			},
+		})
+	} else {
+		a.log.Info("etcd's history is not compacted by Quarry (--etcd-compaction=0): etcd must compact it itself (--auto-compaction-retention), or its database grows with every change until it reaches its quota")
+	}
 	return data, key, cli.Close, nil
 }
 
@@ -159,14 +176,26 @@ func binaryHash() string {
 // request the instance checks the stored revision (one linearizable etcd
 // read) and reloads on a change. When etcd cannot be reached the answer
 // is 503 with Retry-After, never a stale read.
-func (a *App) syncing(next http.Handler) http.Handler {
+//
+// While the store is known to be away (a sync of a handshake or a request
+// failed within the last moment, freshness.failedRecently) a request is
+// refused at once instead of waiting the store timeout again: the first
+// request on a new connection, whose handshake just waited for the store,
+// gets its 503 within one store timeout in all.
+func (a *App) syncing(next http.Handler, fresh *freshness) http.Handler {
 	if !a.core.Shared() {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), a.cfg.Store.Timeout)
-		err := a.core.Sync(ctx)
-		cancel()
+		var err error
+		if fresh.failedRecently(time.Now()) {
+			err = errStoreAway
+		} else {
+			ctx, cancel := context.WithTimeout(r.Context(), a.cfg.Store.Timeout)
+			err = a.core.Sync(ctx)
+			cancel()
+			fresh.note(err, time.Now())
+		}
 		if err != nil {
 			a.log.Warn("request refused: the shared state cannot be read", "error", err.Error())
 			msg := "the Coordinator cannot reach its state store (etcd); try again or another instance"
@@ -184,6 +213,10 @@ func (a *App) syncing(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// errStoreAway: a request refused without a sync because one failed a
+// moment ago.
+var errStoreAway = errors.New("the state store did not answer a moment ago (refused without waiting again)")
 
 // startupManifestRace reports whether a startup manifest failed only
 // because another instance set one first.

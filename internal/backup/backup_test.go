@@ -512,27 +512,37 @@ func TestRestoreOverOrphanKey(t *testing.T) {
 }
 
 // A restore stopped before any of its writes (a crash) leaves a directory
-// that opens to the old state or the restored one, never neither.
+// that opens to the old state or the restored one, never neither; the
+// restored state is never in place without the marker that names it.
 func TestRestoreCrashSafe(t *testing.T) {
 	cur, s := newState(t, "current"), newState(t, "backup")
-	for step := 0; step <= 3; step++ {
+	// The marker, the key file with both keys, the data, the key file.
+	const steps = 4
+	for step := 0; step <= steps; step++ {
 		t.Run(fmt.Sprint("crash before step ", step), func(t *testing.T) {
 			dir := t.TempDir()
 			writeFiles(t, dir, cur.blob, keyFile(t, cur.entry))
 			_, err := restore(context.Background(), dir, s.archive(t), true, nil, func(i int) bool { return i == step })
-			if step < 3 && !errors.Is(err, errCrashed) {
-				t.Fatalf("err %v, the restore has 3 steps", err)
+			if step < steps && !errors.Is(err, errCrashed) {
+				t.Fatalf("err %v, the restore has %d steps", err, steps)
 			}
 			plain, err := opens(dir)
 			if err != nil {
 				t.Fatalf("does not open after a crash before step %d: %v", step, err)
 			}
 			want := s.plain
-			if step < 2 {
+			if step < 3 {
 				want = cur.plain
 			}
 			if !bytes.Equal(plain, want) {
 				t.Fatalf("opens to %q, want %q", plain, want)
+			}
+			m, ok := readMarker(t, dir)
+			if ok != (step >= 1) {
+				t.Fatalf("crash before step %d: marker present %v", step, ok)
+			}
+			if ok && m.SealedData != sum(s.blob) {
+				t.Fatalf("the marker names sealed_data %s, not the backup's", m.SealedData)
 			}
 		})
 	}

@@ -10,7 +10,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"github.com/quarry-cc/quarry/api/logchain"
+	"github.com/quarry-cc/quarry/internal/updatelog"
 )
 
 // Exit codes of `coordinator backup` and `coordinator restore`
@@ -169,7 +173,35 @@ func Main(name string, args []string, getenv func(string) string, stdin io.Reade
 	for _, p := range res.Aside {
 		fmt.Fprintf(stderr, "coordinator restore: kept the replaced file as %s\n", p)
 	}
+	if res.Marker != nil {
+		fmt.Fprintf(stderr, "coordinator restore: %s\n", describeRestore(res))
+	}
 	return ExitOK
+}
+
+// describeRestore says what a restore that replaced the state does to the
+// signed update log (docs/update-log.md, "Restores").
+func describeRestore(res RestoreResult) string {
+	m := res.Marker
+	var b strings.Builder
+	if res.Restored != nil {
+		fmt.Fprintf(&b, "the update log goes back to the backup's %d entries", res.Restored.Count)
+	} else {
+		b.WriteString("the update log goes back to where the backup was taken (its length is not in the backup's header: an earlier version's state)")
+	}
+	switch {
+	case m.Replaced != nil && res.Restored != nil && m.Replaced.Count > res.Restored.Count:
+		fmt.Fprintf(&b, "; the state replaced had %d (head %s): entries %d to %d leave the signed history, and new ones will be signed in their place",
+			m.Replaced.Count, m.Replaced.Head, res.Restored.Count+1, m.Replaced.Count)
+	case m.Replaced != nil:
+		fmt.Fprintf(&b, "; the state replaced had %d (head %s)", m.Replaced.Count, m.Replaced.Head)
+	case m.ReplacedState == logchain.ReplacedNone:
+		b.WriteString("; the directory held no state")
+	default:
+		b.WriteString("; what the replaced state's log held is not known (its header has no checkpoint: an earlier version's or MarbleRun's state)")
+	}
+	fmt.Fprintf(&b, ". The Coordinator records this restore in its update log when it next opens the state (the marker %s), so that a client holding a later checkpoint is told of the restore", updatelog.RestoreMarkerFile)
+	return b.String()
 }
 
 func displayName(path string) string {

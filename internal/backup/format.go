@@ -1,8 +1,8 @@
 // Package backup copies the Coordinator's sealed state (sealed_data and
 // sealed_key in the seal directory, and the update log's sealed segments
 // in its updatelog subdirectory) into a backup file and puts it back: the
-// `coordinator backup` and `coordinator restore` commands (issue 16,
-// docs/backup.md).
+// `coordinator backup` and `coordinator restore` commands
+// (docs/backup.md).
 //
 // A backup holds exactly the sealed files, nothing decrypted: the state
 // stays encrypted under its data key and the key stays sealed by whatever

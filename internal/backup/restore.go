@@ -13,9 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quarry-cc/quarry/api/logchain"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/store/filestore"
+	"github.com/quarry-cc/quarry/internal/updatelog"
 )
 
 // ErrInUse means a Coordinator holds the seal directory: stop it first.
@@ -71,6 +73,13 @@ type RestoreResult struct {
 	Segments int
 	// Aside lists the copies of the files that were replaced.
 	Aside []string
+	// Marker is the restore marker left for the next start when the
+	// state was replaced (nil otherwise): what the restore replaced, for
+	// the record in the update log (docs/update-log.md).
+	Marker *updatelog.RestoreMarker
+	// Restored is the update log checkpoint of the backup's state (nil
+	// for a state written before checkpoints were in the header).
+	Restored *logchain.Checkpoint
 }
 
 // Restore writes the archive's sealed files into dir. It refuses while a
@@ -196,6 +205,12 @@ func restore(ctx context.Context, dir string, a *Archive, force bool, now func()
 		}
 		res.Aside = append(res.Aside, p)
 	}
+	var marker *updatelog.RestoreMarker
+	if !same {
+		if marker, err = restoreMarker(ctx, dir, a, curData, now()); err != nil {
+			return res, err
+		}
+	}
 	step := 0
 	for _, sg := range segs.write {
 		if crash != nil && crash(step) {
@@ -221,6 +236,19 @@ func restore(ctx context.Context, dir string, a *Archive, force bool, now func()
 	if same {
 		return res, nil
 	}
+
+	// The marker for the next start, before the state it names is in
+	// place: a crash before the state is written leaves a marker that
+	// names another sealed_data, which the Coordinator sets aside.
+	if crash != nil && crash(step) {
+		return res, errCrashed
+	}
+	step++
+	if err := writeMarker(ctx, dir, marker); err != nil {
+		return res, err
+	}
+	res.Marker = marker
+	res.Restored = headerCheckpoint(a.Data)
 
 	for _, s := range []*filestore.Store{key, data} {
 		p, err := s.CopyAside(ctx, suffix)
@@ -330,4 +358,68 @@ func planSegments(dir string, segs []Segment) (segmentPlan, error) {
 		}
 	}
 	return p, nil
+}
+
+// headerCheckpoint returns the update log checkpoint in a sealed state's
+// public header, or nil (an earlier version's state, MarbleRun's, or not
+// a sealed state). The header is not authenticated without the data key:
+// the Coordinator checks the checkpoint's signature before it records it.
+func headerCheckpoint(blob []byte) *logchain.Checkpoint {
+	hdr, err := seal.ReadHeader(blob)
+	if err != nil {
+		return nil
+	}
+	return updatelog.CheckpointInHeader(hdr)
+}
+
+// restoreMarker builds the marker of a restore of a into dir, whose
+// sealed_data is curData (nil: none). When dir holds a marker of an
+// earlier restore that names curData, that restore was never recorded
+// (no Coordinator opened its state since): this restore replaces what
+// that one replaced, which is what clients last saw.
+func restoreMarker(ctx context.Context, dir string, a *Archive, curData []byte, now time.Time) (*updatelog.RestoreMarker, error) {
+	m := &updatelog.RestoreMarker{
+		Restored:      now.UTC().Format(time.RFC3339),
+		BackupCreated: a.Created.UTC().Format(time.RFC3339),
+		SealedData:    sum(a.Data),
+		ReplacedState: logchain.ReplacedNone,
+	}
+	if curData == nil {
+		return m, nil
+	}
+	ms, err := filestore.New(dir, updatelog.RestoreMarkerFile)
+	if err != nil {
+		return nil, err
+	}
+	if raw, _, err := ms.Load(ctx); err == nil {
+		if prev, err := updatelog.DecodeRestoreMarker(raw); err == nil && prev.SealedData == sum(curData) {
+			m.ReplacedState, m.Replaced = prev.ReplacedState, prev.Replaced
+			return m, nil
+		}
+	}
+	m.ReplacedState = logchain.ReplacedUnknown
+	if cp := headerCheckpoint(curData); cp != nil {
+		m.ReplacedState, m.Replaced = logchain.ReplacedCheckpoint, cp
+	}
+	return m, nil
+}
+
+// writeMarker stores the restore marker in dir (replacing an earlier one).
+func writeMarker(ctx context.Context, dir string, m *updatelog.RestoreMarker) error {
+	b, err := m.Encode()
+	if err != nil {
+		return err
+	}
+	ms, err := filestore.New(dir, updatelog.RestoreMarkerFile)
+	if err != nil {
+		return err
+	}
+	_, rev, err := load(ctx, ms)
+	if err != nil {
+		return err
+	}
+	if _, err := ms.Save(ctx, b, rev); err != nil {
+		return fmt.Errorf("writing the restore marker %s: %w", updatelog.RestoreMarkerFile, err)
+	}
+	return nil
 }

@@ -316,7 +316,7 @@ func TestRestoreSegments(t *testing.T) {
 func TestRestoreWithSegmentsCrashSafe(t *testing.T) {
 	cur, s := newState(t, "current"), newState(t, "backup")
 	a := withSegments(t, s.archive(t), 0, 1)
-	const steps = 2 + 3
+	const steps = 2 + 1 + 3 // the segments, the marker, the pair
 	for step := 0; step <= steps; step++ {
 		t.Run(fmt.Sprint("crash before step ", step), func(t *testing.T) {
 			dir := t.TempDir()
@@ -338,7 +338,7 @@ func TestRestoreWithSegmentsCrashSafe(t *testing.T) {
 			} else if !bytes.Equal(plain, cur.plain) {
 				t.Fatalf("opens to %q", plain)
 			}
-			if want := step >= 2+2; bytes.Equal(plain, s.plain) != want {
+			if want := step >= 2+1+2; bytes.Equal(plain, s.plain) != want {
 				t.Fatalf("crash before step %d: restored state %v, want %v", step, !want, want)
 			}
 		})

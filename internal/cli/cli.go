@@ -103,7 +103,7 @@ type app struct {
 	insecure    bool
 	certFile    string
 	keyFile     string
-	format      string
+	output      string // --format: text or json
 	outputFlag  string // the root's --output: only a hint that --format replaced it
 	timeout     time.Duration
 
@@ -129,7 +129,7 @@ type app struct {
 }
 
 // jsonOutput reports whether --format json was given.
-func (a *app) jsonOutput() bool { return a.format == "json" }
+func (a *app) jsonOutput() bool { return a.output == "json" }
 
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -193,7 +193,7 @@ keys are an error); those JSON bytes are what is uploaded and fingerprinted.
 	pf.BoolVarP(&a.insecure, "insecure", "i", false, "trust the Coordinator without any verification (simulation mode only): a man in the middle gets everything sent")
 	pf.StringVarP(&a.certFile, "cert", "c", "", "PEM file with a manifest user's client certificate")
 	pf.StringVarP(&a.keyFile, "key", "k", "", "PEM file with the private key of --cert")
-	pf.StringVar(&a.format, "format", "text", "output format: text or json")
+	pf.StringVar(&a.output, "format", "text", "output format: text or json")
 	pf.StringVarP(&a.outputFlag, "output", "o", "", "the file to write, on the commands that write one (as in marblerun); for JSON output use --format json")
 	_ = pf.MarkHidden("output")
 	pf.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit for the whole command (0: none)")
@@ -260,8 +260,8 @@ func (a *app) markRunErrors(c *cobra.Command) {
 	run := c.RunE
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		a.cmd = cmd
-		if a.format != "text" && a.format != "json" {
-			return usageError{fmt.Errorf("invalid --format %q: use text or json", a.format)}
+		if a.output != "text" && a.output != "json" {
+			return usageError{fmt.Errorf("invalid --format %q: use text or json", a.output)}
 		}
 		if err := a.checkCompatFlags(cmd); err != nil {
 			return err

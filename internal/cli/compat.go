@@ -52,9 +52,27 @@ func (a *app) checkCompatFlags(cmd *cobra.Command) error {
 			return usagef("--%s: %w", name, errPKCS11)
 		}
 	}
+	f := cmd.Flags().Lookup("output")
+	if f == nil || !f.Changed {
+		return nil
+	}
+	switch v := f.Value.String(); v {
+	case "json", "text":
+		// quarry's former -o/--output FORMAT, still taken: a file of that
+		// name is written as ./json.
+		if cmd.Flags().Changed("format") && a.output != v {
+			return usagef("--format %s and -o/--output %s contradict each other", a.output, v)
+		}
+		a.output = v
+		if err := f.Value.Set(""); err != nil {
+			return err
+		}
+		a.warn(fmt.Sprintf("-o/--output %s is --format %s now: -o names the file to write, as in marblerun (a file named %s: -o ./%s)", v, v, v, v))
+		return nil
+	}
 	// The root's hidden --output is reached only on commands that write
 	// no file.
-	if f := cmd.Flags().Lookup("output"); f != nil && f.Changed && f.Value == cmd.Root().PersistentFlags().Lookup("output").Value {
+	if f.Value == cmd.Root().PersistentFlags().Lookup("output").Value {
 		return usagef("-o/--output names the file to write, on the commands that write one (as in marblerun); %s writes none. For JSON output use --format json", cmd.CommandPath())
 	}
 	return nil
@@ -70,7 +88,7 @@ func (a *app) takeAddress(cmd *cobra.Command, args []string, n int) ([]string, e
 	case n + 1:
 		return args[:n], a.setAddress(cmd, args[n])
 	}
-	return nil, usagef("%s takes %s, or %d with the Coordinator's address last; got %d", cmd.CommandPath(), plural(n, "argument"), n+1, len(args))
+	return nil, usagef("%s takes %s, or %d with the Coordinator's address last; got %d", cmd.CommandPath(), plural(n, "argument", "arguments"), n+1, len(args))
 }
 
 // setAddress makes addr, the last argument, the Coordinator's address.
@@ -87,7 +105,7 @@ func (a *app) setAddress(cmd *cobra.Command, addr string) error {
 func addressArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n && len(args) != n+1 {
-			return usagef("%s takes %s, or %d with the Coordinator's address last; got %d", cmd.CommandPath(), plural(n, "argument"), n+1, len(args))
+			return usagef("%s takes %s, or %d with the Coordinator's address last; got %d", cmd.CommandPath(), plural(n, "argument", "arguments"), n+1, len(args))
 		}
 		return nil
 	}

@@ -3,10 +3,12 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/quarry-cc/quarry/api/logchain"
 	"github.com/quarry-cc/quarry/client"
 )
 
@@ -28,8 +30,21 @@ type logSummary struct {
 	LastTime  string  `json:"lastTime,omitempty"`
 	// Fingerprints are the manifest fingerprints the entries name, in
 	// order of first appearance.
-	Fingerprints []string             `json:"fingerprints"`
-	Checkpoint   client.LogCheckpoint `json:"checkpoint"`
+	Fingerprints []string `json:"fingerprints"`
+	// Restores are the restores from a backup the verified entries record
+	// (docs/update-log.md, "Restores").
+	Restores   []logRestore         `json:"restores,omitempty"`
+	Checkpoint client.LogCheckpoint `json:"checkpoint"`
+}
+
+// logRestore is a restore the log records: at entry Seq, back to
+// RestoredCount entries, replacing a log of ReplacedCount entries (nil:
+// not known).
+type logRestore struct {
+	Seq           uint64  `json:"seq"`
+	RestoredCount uint64  `json:"restoredCount"`
+	ReplacedCount *uint64 `json:"replacedCount,omitempty"`
+	BackupCreated string  `json:"backupCreated"`
 }
 
 // maxCheckpointFile bounds a saved checkpoint file.
@@ -56,7 +71,7 @@ func (a *app) verifyLog(f logVerifyFlags, get func(since *client.LogCheckpoint) 
 	}
 	v, err := get(since)
 	if err != nil {
-		return fmt.Errorf("the update log does NOT verify: %w", err)
+		return logFailure(err)
 	}
 	sum := summarize(v)
 	if since != nil {
@@ -76,16 +91,24 @@ func (a *app) verifyLog(f logVerifyFlags, get func(since *client.LogCheckpoint) 
 		return a.printJSON(sum)
 	}
 	if since != nil {
-		a.printf("update log verified: it extends the saved checkpoint (%d entries) by %s, to %d entries\n", since.Count, plural(int(sum.Entries), "entry"), v.Checkpoint.Count)
+		a.printf("update log verified: it extends the saved checkpoint (%s) by %s, to %s\n",
+			plural(since.Count, "entry", "entries"), plural(sum.Entries, "entry", "entries"), plural(v.Checkpoint.Count, "entry", "entries"))
 	} else {
-		a.printf("update log verified: %s\n", plural(int(sum.Entries), "entry"))
+		a.printf("update log verified: %s\n", plural(sum.Entries, "entry", "entries"))
 	}
 	if sum.FirstTime != "" {
 		a.printf("first entry: %s\nlast entry:  %s\n", sum.FirstTime, sum.LastTime)
 	}
-	a.printf("checkpoint: %d entries, head %s, signed %s by the pinned root\n", v.Checkpoint.Count, v.Checkpoint.Head, v.Checkpoint.Time)
+	a.printf("checkpoint: %s, head %s, signed %s by the pinned root\n", plural(v.Checkpoint.Count, "entry", "entries"), v.Checkpoint.Head, v.Checkpoint.Time)
 	if len(sum.Fingerprints) > 0 {
 		a.printf("manifest fingerprints seen:\n  %s\n", strings.Join(sum.Fingerprints, "\n  "))
+	}
+	for _, r := range sum.Restores {
+		replaced := "what it discarded is not known"
+		if r.ReplacedCount != nil {
+			replaced = fmt.Sprintf("the log it replaced had %s", plural(*r.ReplacedCount, "entry", "entries"))
+		}
+		a.printf("restored from a backup (taken %s) at entry %d, recorded at entry %d: %s\n", r.BackupCreated, r.RestoredCount, r.Seq, replaced)
 	}
 	return nil
 }
@@ -104,6 +127,14 @@ func summarize(v *client.VerifiedLog) logSummary {
 			}
 			sum.LastTime = t
 		}
+		if rr, ok := logchain.ParseRestore(r); ok {
+			lr := logRestore{Seq: rr.Seq, RestoredCount: rr.RestoredCount, BackupCreated: rr.BackupCreated}
+			if rr.Replaced != nil {
+				n := rr.Replaced.Count
+				lr.ReplacedCount = &n
+			}
+			sum.Restores = append(sum.Restores, lr)
+		}
 		for _, k := range []string{"oldManifestFingerprint", "manifestFingerprint"} {
 			if fp, ok := e[k].(string); ok && fp != "" && !slices.Contains(sum.Fingerprints, fp) {
 				sum.Fingerprints = append(sum.Fingerprints, fp)
@@ -111,4 +142,30 @@ func summarize(v *client.VerifiedLog) logSummary {
 		}
 	}
 	return sum
+}
+
+// logVerifyError is a failed check of the update log: it exits with
+// ExitVerification (it wraps client.ErrVerification).
+type logVerifyError struct {
+	what string
+	err  error
+}
+
+func (e logVerifyError) Error() string   { return e.what + ": " + e.err.Error() }
+func (e logVerifyError) Unwrap() []error { return []error{client.ErrVerification, e.err} }
+
+// logFailure names a failure of manifest log --verify: a log that does not
+// extend the saved checkpoint (a recorded restore from a backup says so
+// first) or a log that does not verify exit with ExitVerification;
+// anything else (the network, the Coordinator's refusal) with its own code.
+func logFailure(err error) error {
+	switch {
+	case errors.Is(err, client.ErrLogRestored), errors.Is(err, client.ErrCheckpointNotExtends):
+		return logVerifyError{"the update log does NOT extend the saved checkpoint", err}
+	case errors.Is(err, client.ErrLogEntryAltered), errors.Is(err, client.ErrLogEntryMissing),
+		errors.Is(err, client.ErrLogEntriesReordered), errors.Is(err, client.ErrLogHeadMismatch),
+		errors.Is(err, client.ErrCheckpointSignature):
+		return logVerifyError{"the update log does NOT verify", err}
+	}
+	return fmt.Errorf("the update log does NOT verify: %w", err)
 }

@@ -494,12 +494,13 @@ marblerun does).`,
 	return c
 }
 
-// plural returns "n word" or "n words".
-func plural(n int, word string) string {
+// plural returns "n one" for n = 1, else "n many": the plural is given,
+// not made by appending "s" ("1 entry", "2 entries").
+func plural[N int | uint64](n N, one, many string) string {
 	if n == 1 {
-		return fmt.Sprintf("%d %s", n, word)
+		return fmt.Sprintf("%d %s", n, one)
 	}
-	return fmt.Sprintf("%d %ss", n, word)
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 func (a *app) updateApplyCommand() *cobra.Command {
@@ -549,7 +550,7 @@ and the new encrypted recovery secrets are written to --recovery-secrets-file.`,
 				a.status(rf, res.RecoverySecrets, "Update applied.\n")
 			default:
 				a.status(rf, res.RecoverySecrets, "Update pending: %s missing (users who may acknowledge: %s).\n",
-					plural(res.MissingAcknowledgments, "acknowledgement"), strings.Join(res.MissingUsers, ", "))
+					plural(res.MissingAcknowledgments, "acknowledgement", "acknowledgements"), strings.Join(res.MissingUsers, ", "))
 			}
 			return a.saveRecoverySecrets(rf, res.RecoverySecrets)
 		},
@@ -709,7 +710,7 @@ marblerun does.`,
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return usagef("%s takes %s, got %d", cmd.CommandPath(), plural(n, "argument"), len(args))
+			return usagef("%s takes %s, got %d", cmd.CommandPath(), plural(n, "argument", "arguments"), len(args))
 		}
 		return nil
 	}

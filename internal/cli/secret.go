@@ -376,7 +376,7 @@ marblerun's command line, with the Coordinator's address last:
 			case a.mr:
 				a.printf("Secret successfully set\n")
 			default:
-				a.printf("Uploaded %s: %s.\n", plural(len(names), "secret"), strings.Join(names, ", "))
+				a.printf("Uploaded %s: %s.\n", plural(len(names), "secret", "secrets"), strings.Join(names, ", "))
 			}
 			return nil
 		},

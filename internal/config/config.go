@@ -28,8 +28,10 @@ const (
 	DefaultDNSNames         = "localhost"
 	DefaultSealDirName      = "marblerun-coordinator-data"
 	DefaultMaxManifestBytes = 8 << 20
-	DefaultRecoveryTimeout  = 30 * time.Minute
-	DefaultGramineDir       = "/dev/attestation"
+	// DefaultMaxStateBytes bounds the sealed state's JSON.
+	DefaultMaxStateBytes   = core.DefaultMaxStateBytes
+	DefaultRecoveryTimeout = 30 * time.Minute
+	DefaultGramineDir      = "/dev/attestation"
 	// DefaultMaxSecrets and DefaultMaxSecretGeneration bound the secrets
 	// one manifest set or update generates (secrets.DefaultLimits).
 	DefaultMaxSecrets          = secrets.DefaultMaxSecrets
@@ -97,6 +99,9 @@ type Config struct {
 	HTTPErrorLogLevel slog.Level
 	// MaxManifestBytes bounds the body of manifest and update requests.
 	MaxManifestBytes int64
+	// MaxStateBytes bounds the state (its JSON before sealing): a change
+	// beyond it is refused (413 / ResourceExhausted).
+	MaxStateBytes int64
 	// RecoveryTimeout is how long uploaded recovery shares wait for the
 	// rest of their round (0: no expiry).
 	RecoveryTimeout time.Duration
@@ -182,6 +187,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		debug, dev, recTimeout     string
 		v1Recover, maxSecrets      string
 		maxSecretGen, actEvents    string
+		maxState                   string
 		oeSimulation               = getenv("OE_SIMULATION")
 	)
 	fs.StringVar(&c.ClientAddr, "client-addr", env("EDG_COORDINATOR_CLIENT_ADDR", DefaultClientAddr),
@@ -206,6 +212,8 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"level of net/http's internal errors (TLS handshake failures, ...): debug, info, warn or error [EDG_HTTP_ERROR_LOG_LEVEL]")
 	fs.StringVar(&maxMan, "max-manifest-size", env("QUARRY_MAX_MANIFEST_SIZE", strconv.Itoa(DefaultMaxManifestBytes)),
 		"largest accepted manifest (set, update, acknowledge), in bytes [QUARRY_MAX_MANIFEST_SIZE]")
+	fs.StringVar(&maxState, "max-state-size", env("QUARRY_MAX_STATE_SIZE", strconv.Itoa(DefaultMaxStateBytes)),
+		"largest state (secrets, manifest, counters, … before sealing), in bytes: a change beyond it is refused with 413 (Marble API: ResourceExhausted) naming this limit (docs/ha.md, \"Limits\") [QUARRY_MAX_STATE_SIZE]")
 	fs.StringVar(&recTimeout, "recovery-timeout", env("QUARRY_RECOVERY_TIMEOUT", DefaultRecoveryTimeout.String()),
 		"how long uploaded recovery shares wait for the rest of their round, e.g. 30m; 0 disables expiry [QUARRY_RECOVERY_TIMEOUT]")
 	simSealing := env("QUARRY_INSECURE_SIMULATED_SEALING", "0")
@@ -277,6 +285,11 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		errs = append(errs, fmt.Errorf("max-manifest-size [QUARRY_MAX_MANIFEST_SIZE]: %q is not a byte count between 1024 and 1073741824", maxMan))
 	} else {
 		c.MaxManifestBytes = n
+	}
+	if n, err := strconv.ParseInt(strings.TrimSpace(maxState), 10, 64); err != nil || n < 64<<10 || n > 1<<30 {
+		errs = append(errs, fmt.Errorf("max-state-size [QUARRY_MAX_STATE_SIZE]: %q is not a byte count between 65536 and 1073741824", maxState))
+	} else {
+		c.MaxStateBytes = n
 	}
 	if d, err := time.ParseDuration(recTimeout); err != nil || d < 0 {
 		errs = append(errs, fmt.Errorf("recovery-timeout [QUARRY_RECOVERY_TIMEOUT]: %q is not a duration such as 30m or 0", recTimeout))

@@ -30,6 +30,7 @@ func TestDefaults(t *testing.T) {
 		SealDir:           filepath.Join(".", "marblerun-coordinator-data"),
 		HTTPErrorLogLevel: slog.LevelError,
 		MaxManifestBytes:  8 << 20,
+		MaxStateBytes:     64 << 20,
 		RecoveryTimeout:   30 * time.Minute,
 		Attestation:       "simulation",
 		GramineDir:        "/dev/attestation",
@@ -39,7 +40,7 @@ func TestDefaults(t *testing.T) {
 		MaxSecretGeneration: 60 * time.Second,
 		ActivationEvents:    10_000,
 
-		Store: StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: DefaultStoreTimeout},
+		Store: StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: DefaultStoreTimeout, Compaction: true, CompactionRetention: DefaultCompactionRetention},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
@@ -56,6 +57,7 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		"EDG_HTTP_ERROR_LOG_LEVEL":    "warn",
 		"EDG_STARTUP_MANIFEST":        "/m.json",
 		"QUARRY_MAX_MANIFEST_SIZE":    "4096",
+		"QUARRY_MAX_STATE_SIZE":       "2097152",
 	})
 	c, err := Load(env, []string{"--mesh-addr", "127.0.0.1:9999"}, &bytes.Buffer{})
 	if err != nil {
@@ -67,7 +69,7 @@ func TestEnvironmentAndFlags(t *testing.T) {
 	if c.SealDir != "/srv/marblerun-coordinator-data" {
 		t.Errorf("seal dir under EDG_CWD = %q", c.SealDir)
 	}
-	if !c.DebugLogging || c.HTTPErrorLogLevel != slog.LevelWarn || c.StartupManifest != "/m.json" || c.MaxManifestBytes != 4096 {
+	if !c.DebugLogging || c.HTTPErrorLogLevel != slog.LevelWarn || c.StartupManifest != "/m.json" || c.MaxManifestBytes != 4096 || c.MaxStateBytes != 2<<20 {
 		t.Errorf("config = %+v", c)
 	}
 	dns, ips := c.SplitNames()
@@ -92,6 +94,8 @@ func TestInvalid(t *testing.T) {
 		{"bad level", map[string]string{"EDG_HTTP_ERROR_LOG_LEVEL": "loud"}, nil, "http-error-log-level"},
 		{"bad timeout", map[string]string{"QUARRY_RECOVERY_TIMEOUT": "soon"}, nil, "recovery-timeout"},
 		{"bad size", nil, []string{"--max-manifest-size", "12"}, "max-manifest-size"},
+		{"state size too small", nil, []string{"--max-state-size", "1000"}, "max-state-size [QUARRY_MAX_STATE_SIZE]: \"1000\" is not a byte count between 65536"},
+		{"state size not a number", map[string]string{"QUARRY_MAX_STATE_SIZE": "64MiB"}, nil, "max-state-size [QUARRY_MAX_STATE_SIZE]"},
 		{"bad attestation", map[string]string{"QUARRY_ATTESTATION": "sgx"}, nil, `attestation [QUARRY_ATTESTATION]: "sgx" is not one of`},
 		{"gramine with OE_SIMULATION", map[string]string{"OE_SIMULATION": "1"}, []string{"--attestation", "gramine"}, "contradicts OE_SIMULATION=1"},
 		{"bad OE_SIMULATION", map[string]string{"OE_SIMULATION": "yes"}, nil, "OE_SIMULATION"},

@@ -24,6 +24,12 @@ const (
 	// DefaultStoreTimeout bounds one step with etcd (a read, a write,
 	// the read-back of a write whose answer was lost).
 	DefaultStoreTimeout = 2 * time.Second
+	// DefaultCompactionRetention is how much of etcd's history Quarry
+	// keeps when it compacts (docs/ha.md, "Compaction").
+	DefaultCompactionRetention = 5 * time.Minute
+	// minCompactionRetention covers the longest request (its deadline,
+	// about 2 min) plus the longest read-back of a lost write (1 min).
+	minCompactionRetention = 3 * time.Minute
 )
 
 // StoreConfig says where the sealed state is kept.
@@ -50,12 +56,18 @@ type StoreConfig struct {
 	// Timeout bounds one step with etcd (store etcd): with etcd away or
 	// without quorum, requests get 503 within about this time.
 	Timeout time.Duration
+	// Compaction makes the instances compact etcd's history (on by
+	// default; off for an etcd whose history others need).
+	Compaction bool
+	// CompactionRetention is the history kept when compacting.
+	CompactionRetention time.Duration
 }
 
 // storeFlags are the store settings as given, before they are checked.
 type storeFlags struct {
 	kind, endpoints, prefix, ca, cert, key, peerTrust string
 	peerAddr, peerAdvertise, timeout                  string
+	compaction, retention                             string
 	set                                               map[string]bool
 }
 
@@ -83,6 +95,11 @@ func registerStore(fs *flag.FlagSet, env func(name, def string) string) *storeFl
 		"host:port at which other instances reach --peer-addr (e.g. the pod IP); empty: --peer-addr itself, which then needs a host [QUARRY_PEER_ADVERTISE_ADDR]")
 	fs.StringVar(&f.timeout, "store-timeout", env("QUARRY_STORE_TIMEOUT", DefaultStoreTimeout.String()),
 		"with store etcd, how long one step with etcd may take (a read, a write, the read-back of a write whose answer was lost) before the request is answered 503, e.g. 2s; 100ms to 1m (docs/ha.md) [QUARRY_STORE_TIMEOUT]")
+	f.compaction = env("QUARRY_ETCD_COMPACTION", "1")
+	fs.Var((*switchFlag)(&f.compaction), "etcd-compaction",
+		"with store etcd, compact etcd's history behind the state (=1, the default) so that etcd's database stays bounded; =0 for an etcd whose history other users need, which must then compact itself (--auto-compaction-*, docs/ha.md) [QUARRY_ETCD_COMPACTION]")
+	fs.StringVar(&f.retention, "etcd-compaction-retention", env("QUARRY_ETCD_COMPACTION_RETENTION", DefaultCompactionRetention.String()),
+		"with store etcd and --etcd-compaction, how much of etcd's history is kept, e.g. 5m; 3m to 24h (docs/ha.md) [QUARRY_ETCD_COMPACTION_RETENTION]")
 	return f
 }
 
@@ -108,6 +125,14 @@ func (f *storeFlags) apply(c *Config) []error {
 		errs = append(errs, fmt.Errorf("store-timeout [QUARRY_STORE_TIMEOUT]: %q is not a duration between 100ms and 1m, such as 2s", f.timeout))
 	} else {
 		s.Timeout = d
+	}
+	if s.Compaction, err = parseBool("etcd-compaction", "QUARRY_ETCD_COMPACTION", f.compaction); err != nil {
+		errs = append(errs, err)
+	}
+	if d, err := time.ParseDuration(strings.TrimSpace(f.retention)); err != nil || d < minCompactionRetention || d > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("etcd-compaction-retention [QUARRY_ETCD_COMPACTION_RETENTION]: %q is not a duration between 3m and 24h, such as 5m", f.retention))
+	} else {
+		s.CompactionRetention = d
 	}
 	c.Store = s
 	return append(errs, s.validate()...)

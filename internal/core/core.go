@@ -83,6 +83,15 @@ type Options struct {
 	// LogSegments returns the store of update log segment n (beside Data;
 	// logstore.go). Nil keeps the whole log in the sealed state.
 	LogSegments func(n uint64) (store.Store, error)
+	// RestoreMarker holds the marker `coordinator restore` leaves in the
+	// seal directory (restored.go); nil where there is none (etcd).
+	RestoreMarker store.Store
+	// MaxStateBytes bounds the state's JSON (0: DefaultMaxStateBytes): a
+	// change beyond it is refused with ErrTooLarge.
+	MaxStateBytes int
+	// MaxCountersPerMarble bounds the monotonic counters one Marble
+	// instance may create (0: DefaultMaxCountersPerMarble).
+	MaxCountersPerMarble int
 	// StoreTimeout bounds each step with a shared store (a write, the
 	// read-back of a write whose outcome is unknown, the wait for the
 	// state lock in Sync): with the store away, answers come within it
@@ -191,6 +200,11 @@ type sealedState struct {
 
 const stateFormat = 1
 
+// DefaultMaxStateBytes is Options.MaxStateBytes's default: room for a
+// manifest of the largest default size (8 MiB, base64 in the state), the
+// default most secrets twice (current and previous) and many counters.
+const DefaultMaxStateBytes = 64 << 20
+
 // sealHeader is the public, authenticated part of the sealed blob: what
 // recovery needs before the state can be decrypted.
 type sealHeader struct {
@@ -202,6 +216,10 @@ type sealHeader struct {
 	// carry no share hashes and each upload is matched to its key by its
 	// signature.
 	MarbleRunShares []string `json:"marbleRunShares,omitempty"`
+	// The update log's latest checkpoint (set by commit), which
+	// `coordinator restore` reads without the data key
+	// (docs/update-log.md, "Restores").
+	updatelog.HeaderCheckpoint
 }
 
 // New creates the Coordinator and loads its state: no sealed state → state 2;
@@ -210,6 +228,12 @@ type sealHeader struct {
 func New(ctx context.Context, opts Options) (*Core, error) {
 	if opts.Rand == nil {
 		opts.Rand = rand.Reader
+	}
+	if opts.MaxCountersPerMarble <= 0 {
+		opts.MaxCountersPerMarble = DefaultMaxCountersPerMarble
+	}
+	if opts.MaxStateBytes <= 0 {
+		opts.MaxStateBytes = DefaultMaxStateBytes
 	}
 	if opts.StoreTimeout <= 0 {
 		opts.StoreTimeout = DefaultStoreTimeout
@@ -232,7 +256,7 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	c := &Core{opts: opts, log: opts.Logger}
 	c.events.limit = opts.ActivationEvents
 	c.logs.segments = opts.LogSegments
-	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger, storeTimeout: opts.StoreTimeout}
+	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger, storeTimeout: opts.StoreTimeout, rand: opts.Rand}
 	c.vault.instance, c.vault.source = opts.InstanceID, opts.KeySource
 	snap, err := c.load(ctx)
 	if err != nil {
@@ -284,8 +308,13 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if kp != nil {
 		return c.enterRecovery(blob, kp.what, kp.cause)
 	}
-	_, plaintext, err := seal.Open(dek, blob)
-	if err != nil {
+	_, plaintext, layout, err := c.openState(ctx, dek, blob)
+	switch {
+	case errors.Is(err, errSharedRead):
+		return nil, err // etcd unreachable: no reason for recovery mode
+	case errors.Is(err, errChunks):
+		return c.enterRecovery(blob, "a chunk of the sealed state in etcd is missing or damaged", err)
+	case err != nil:
 		return c.enterRecovery(blob, "the sealed state does not decrypt with the data key", err)
 	}
 	st, err := decodeState(plaintext)
@@ -302,10 +331,13 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if snap.state, err = next(StateUninitialized, eventStartSealed); err != nil {
 		return nil, err
 	}
-	c.vault.opened(dek, snap.manifest.Config.SealMode)
+	c.vault.opened(dek, snap.manifest.Config.SealMode, layout)
 	c.vault.addOwnEntry(ctx)
 	c.dek = dek
 	c.header = hdr
+	if err := c.recordRestore(ctx, snap, blob); err != nil {
+		return nil, err
+	}
 	c.log.Info("sealed state loaded", "state", int(snap.state), "manifestFingerprint", snap.fingerprint)
 	return snap, nil
 }
@@ -441,9 +473,18 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 	if err := c.prepareLog(ctx, st, true); err != nil {
 		return err
 	}
+	cp := st.Log.Checkpoint
+	header.UpdateLog = &cp
 	plaintext, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
+	}
+	if limit := c.opts.MaxStateBytes; len(plaintext) > limit {
+		return classify(ErrTooLarge, fmt.Errorf("the change would make the state %d bytes, more than its limit of %d bytes (--max-state-size, QUARRY_MAX_STATE_SIZE); nothing was changed", len(plaintext), limit))
+	}
+	plaintext, layout, err := c.splitForStore(dek, plaintext)
+	if err != nil {
+		return err
 	}
 	hdr, err := json.Marshal(header)
 	if err != nil {
@@ -454,7 +495,10 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 		return fmt.Errorf("sealing state: %w", err)
 	}
 	size = len(blob)
-	err = c.vault.commit(ctx, blob, dek, mode)
+	if layout != nil {
+		size += layout.plainBytes()
+	}
+	err = c.vault.commit(ctx, blob, dek, mode, layout)
 	if stored(err) {
 		c.dek, c.header = dek, header
 	}

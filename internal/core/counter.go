@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -56,6 +57,28 @@ func counterKey(id MarbleIdentity, name string) string {
 	return enc([]byte(id.MarbleType)) + ":" + enc(id.UUID[:]) + ":" + enc([]byte(name))
 }
 
+// Limits of monotonic counters: every counter lives in the sealed state,
+// which every commit writes (docs/ha.md, "Limits").
+const (
+	// DefaultMaxCountersPerMarble is Options.MaxCountersPerMarble's
+	// default: how many counters one Marble instance may create.
+	DefaultMaxCountersPerMarble = 1000
+	// MaxCounterNameBytes bounds a counter's name.
+	MaxCounterNameBytes = 1024
+)
+
+// marbleCounters counts the counters of the Marble instance id.
+func marbleCounters(counters map[string]uint64, id MarbleIdentity) int {
+	prefix := counterKey(id, "")
+	n := 0
+	for k := range counters {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
 // setMonotonicCounterOnce raises the Marble's counter name to value if value is
 // larger and returns the previous value (0 for a new counter); a counter
 // never decreases. The change is sealed before it returns. It needs state
@@ -75,10 +98,18 @@ func (c *Core) setMonotonicCounterOnce(ctx context.Context, peer []*x509.Certifi
 	if err != nil {
 		return 0, err
 	}
+	if len(name) > MaxCounterNameBytes {
+		return 0, classify(ErrInvalidRequest, fmt.Errorf("the counter name has %d bytes; a monotonic counter's name has at most %d", len(name), MaxCounterNameBytes))
+	}
 	key := counterKey(id, name)
-	prev := s.persisted.MonotonicCounters[key]
+	prev, exists := s.persisted.MonotonicCounters[key]
 	if value <= prev {
 		return prev, nil
+	}
+	if !exists {
+		if n := marbleCounters(s.persisted.MonotonicCounters, id); n >= c.opts.MaxCountersPerMarble {
+			return 0, classify(ErrTooLarge, fmt.Errorf("this Marble already has %d monotonic counters, the most one Marble may have (%d); raise an existing counter instead of creating new ones; nothing was changed", n, c.opts.MaxCountersPerMarble))
+		}
 	}
 	st := *s.persisted
 	st.MonotonicCounters = maps.Clone(st.MonotonicCounters)

@@ -21,6 +21,9 @@ var (
 	// concurrent changes won); nothing was changed, and the request may
 	// be repeated later, here or on another instance.
 	ErrUnavailable = errors.New("the shared state store is unavailable")
+	// ErrTooLarge: the change would take the state, or a part of it,
+	// beyond a limit (the message names it); nothing was changed.
+	ErrTooLarge = errors.New("the change exceeds a limit of the state")
 )
 
 // ErrorClasses returns every error class above: a request to the Core
@@ -30,5 +33,5 @@ var (
 // the list names every exported error class of the package), so a class
 // no transport knows cannot reach a client as an internal error.
 func ErrorClasses() []error {
-	return []error{ErrWrongState, ErrInvalidRequest, ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrConflict, ErrUnavailable}
+	return []error{ErrWrongState, ErrInvalidRequest, ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrConflict, ErrUnavailable, ErrTooLarge}
 }

@@ -39,6 +39,7 @@ func TestErrorClassesNameEveryExportedError(t *testing.T) {
 	byName := map[string]error{
 		"ErrWrongState": ErrWrongState, "ErrInvalidRequest": ErrInvalidRequest, "ErrUnauthenticated": ErrUnauthenticated,
 		"ErrForbidden": ErrForbidden, "ErrNotFound": ErrNotFound, "ErrConflict": ErrConflict, "ErrUnavailable": ErrUnavailable,
+		"ErrTooLarge": ErrTooLarge,
 	}
 	var found []string
 	fset := token.NewFileSet()

@@ -94,16 +94,18 @@ var errSharedRead = errors.New("the shared store cannot be read")
 // store's history decides (the first write after the revision this one
 // was based on is either this one, which then landed, or another, which
 // made this swap fail). Every failure wraps ErrUnavailable (503, Retry-After).
-func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, dek []byte, mode string) error {
+func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, dek []byte, mode string, layout *stateLayout) error {
 	binding := seal.Binding(blob)
-	wctx, wcancel := context.WithTimeout(ctx, v.storeTimeout)
-	rev, err := s.SavePair(wctx, blob, v.dataRev, v.key, keyFile, v.keyRev)
-	wcancel()
+	rev, err := v.saveShared(ctx, s, blob, keyFile, layout, v.rand)
 	if err == nil {
 		v.dataRev, v.keyRev = rev, rev
-		v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
+		v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode, layout: layout}
 		v.committed(keyFile, dek, mode)
+		v.committedChunks(layout, rev)
 		return nil
+	}
+	if errors.Is(err, ErrTooLarge) {
+		return err
 	}
 	if errors.Is(err, store.ErrConflict) {
 		return fmt.Errorf("storing sealed state: %w", err)
@@ -115,8 +117,9 @@ func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, 
 		if rerr == nil {
 			if got != nil && seal.Binding(got) == binding {
 				v.dataRev, v.keyRev = grev, krev
-				v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
+				v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode, layout: layout}
 				v.committed(keyFile, dek, mode)
+				v.committedChunks(layout, grev)
 				v.log.Warn("the store reported an error, but reading back shows the change was stored", "error", err.Error())
 				return nil
 			}
@@ -133,8 +136,9 @@ func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, 
 			case landed:
 				// Stored, and another instance built on it: the answer
 				// is success; the next request reloads the newer state.
-				v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
+				v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode, layout: layout}
 				v.committed(keyFile, dek, mode)
+				v.committedChunks(layout, "")
 				v.log.Warn("the store reported an error, but its history shows the change was stored (another instance has changed the state since)", "error", err.Error())
 				return nil
 			}

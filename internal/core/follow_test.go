@@ -138,7 +138,7 @@ func TestLostSwapRunsAgainAfterTheOther(t *testing.T) {
 	mustSync(t, b)
 	// a writes after b has synced and computed its change, right before
 	// b's swap: b's swap loses, reloads and runs again.
-	b.vault.data = &beforeSwap{sharedStore: b.vault.data.(*etcdstore.Store), Store: b.vault.data, hook: func() {
+	b.vault.data = &beforeSwap{sharedStore: b.vault.data.(*etcdstore.Store), chunkStore: b.vault.data.(*etcdstore.Store), Store: b.vault.data, hook: func() {
 		if err := e.upload(a, "uploaded", "first, at a"); err != nil {
 			t.Error(err)
 		}
@@ -346,12 +346,21 @@ func TestSyncWithEtcdGone(t *testing.T) {
 	}
 }
 
-// beforeSwap runs hook once before the first SavePair.
+// beforeSwap runs hook once before the first SavePair or SaveHead.
 type beforeSwap struct {
 	sharedStore
+	chunkStore
 	store.Store
 	hook  func()
 	swaps int
+}
+
+func (b *beforeSwap) SaveHead(ctx context.Context, blob []byte, prev store.Revision, other store.Store, otherBlob []byte, otherPrev store.Revision, puts map[string][]byte, deletes []string) (store.Revision, error) {
+	b.swaps++
+	if b.swaps == 1 {
+		b.hook()
+	}
+	return b.chunkStore.SaveHead(ctx, blob, prev, other, otherBlob, otherPrev, puts, deletes)
 }
 
 func (b *beforeSwap) Load(ctx context.Context) ([]byte, store.Revision, error) {

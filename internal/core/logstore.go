@@ -20,7 +20,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/updatelog"
 )
 
-// The update log (docs/update-log.md, issue 18) lives beside the state:
+// The update log (docs/update-log.md) lives beside the state:
 // full segments of updatelog.SegmentSize entries, each sealed in a store of
 // its own (Options.LogSegments), written once and never changed; the
 // entries after the last full segment (the tail) and the head (count, hash,
@@ -435,27 +435,30 @@ type LogPage struct {
 	Checkpoint logchain.Checkpoint
 }
 
-// Page limits of UpdateLogPage.
+// Page limits of GET /api/v2/update-log: a request without limit gets
+// DefaultLogPage entries; limit must be 1 to MaxLogPage.
 const (
 	DefaultLogPage = 1000
 	MaxLogPage     = 10000
 )
 
-// UpdateLogPage returns up to limit entries after entry number after (0:
-// from the start) with their chain hashes, and the latest signed
-// checkpoint.
+// UpdateLogPage returns entries after+1 to after+limit (fewer at the end of
+// the log) with their chain hashes, the hash of entry after, and the
+// latest signed checkpoint, all from one snapshot: the checkpoint covers
+// every entry returned. limit must be 1 to MaxLogPage and after at most
+// the log's count (ErrInvalidRequest, naming the bounds); the log is
+// served in state 3 only (*WrongStateError).
 func (c *Core) UpdateLogPage(ctx context.Context, after, limit uint64) (LogPage, error) {
 	s := c.snap.Load()
-	if err := require(s.state, opUpdate); err != nil {
+	if err := require(s.state, opReadLog); err != nil {
 		return LogPage{}, err
 	}
-	if limit == 0 {
-		limit = DefaultLogPage
+	if limit < 1 || limit > MaxLogPage {
+		return LogPage{}, classify(ErrInvalidRequest, fmt.Errorf("limit %d is out of bounds: it must be 1 to %d (without limit a page has %d entries)", limit, MaxLogPage, DefaultLogPage))
 	}
-	limit = min(limit, MaxLogPage)
 	st := s.persisted
 	if after > st.Log.Count {
-		return LogPage{}, classify(ErrInvalidRequest, fmt.Errorf("after %d is beyond the log's %d entries", after, st.Log.Count))
+		return LogPage{}, classify(ErrInvalidRequest, fmt.Errorf("after %d is beyond the log's %d entries: it must be 0 to %d", after, st.Log.Count, st.Log.Count))
 	}
 	from := after
 	if after > 0 {

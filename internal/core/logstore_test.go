@@ -404,7 +404,7 @@ func storeOldFormat(t *testing.T, c *Core, st sealedState) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.vault.commit(context.Background(), blob, c.dek, c.snap.Load().manifest.Config.SealMode); err != nil {
+	if err := c.vault.commit(context.Background(), blob, c.dek, c.snap.Load().manifest.Config.SealMode, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -461,9 +461,20 @@ func TestUpdateLogPageBounds(t *testing.T) {
 	if _, err := c.UpdateLogPage(context.Background(), 5, 1); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("after beyond the log: %v", err)
 	}
-	p, err := c.UpdateLogPage(context.Background(), 4, 0)
+	p, err := c.UpdateLogPage(context.Background(), 4, 1)
 	if err != nil || len(p.Records) != 0 || p.Checkpoint.Count != 4 {
 		t.Fatalf("after the last entry: %v %+v", err, p)
+	}
+	// limit 0 and limits above the maximum are refused, naming the
+	// bounds, rather than quietly changed.
+	for _, limit := range []uint64{0, MaxLogPage + 1, 1 << 63} {
+		_, err := c.UpdateLogPage(context.Background(), 0, limit)
+		if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), "must be 1 to 10000") {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+	}
+	if p, err := c.UpdateLogPage(context.Background(), 0, MaxLogPage); err != nil || len(p.Records) != 4 {
+		t.Fatalf("limit %d: %v %+v", MaxLogPage, err, p)
 	}
 	p, err = c.UpdateLogPage(context.Background(), 1, 2)
 	if err != nil || len(p.Records) != 2 || p.Records[0].Seq != 2 {
@@ -613,5 +624,17 @@ func TestLogRecordsMarbleActivityAsCounts(t *testing.T) {
 	if fmt.Sprint(usage[0]["activations"], usage[0]["counterIncrements"]) != "map[m:3] 5" ||
 		fmt.Sprint(usage[1]["activations"], usage[1]["counterIncrements"]) != "map[m:1] 1" {
 		t.Fatalf("activity entries %v", usage)
+	}
+}
+
+// Outside state 3 the verifiable log is refused with the wrong state
+// (409), naming what was asked for.
+func TestUpdateLogPageOutsideState3(t *testing.T) {
+	c := newCore(t, newStores())
+	_, err := c.UpdateLogPage(context.Background(), 0, 1)
+	var ws *WrongStateError
+	if !errors.As(err, &ws) || ws.State != StateAcceptingManifest ||
+		!strings.Contains(err.Error(), "cannot read the verifiable update log in state 2") {
+		t.Fatalf("state 2: %v", err)
 	}
 }

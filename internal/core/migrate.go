@@ -276,7 +276,7 @@ func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedDat
 	// writes of the commit leaves MarbleRun's blob with a key file that
 	// opens it, and the next start migrates again. Without that entry the
 	// key file would belong to another state (ErrMixedFormats).
-	c.vault.opened(dek, mode)
+	c.vault.opened(dek, mode, nil)
 	if err := c.commit(ctx, st, hdr, dek, mode); !stored(err) {
 		return nil, fmt.Errorf("writing the migrated state: %w", err)
 	}

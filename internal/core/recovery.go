@@ -240,8 +240,13 @@ func (c *Core) recoverOnce(ctx context.Context, secret, signature []byte, signed
 // restoreWith opens the unreadable blob with key, checks it, and makes it
 // the current state.
 func (c *Core) restoreWith(ctx context.Context, key []byte) error {
-	hdrRaw, plaintext, err := seal.Open(key, c.unreadable)
-	if err != nil {
+	hdrRaw, plaintext, layout, err := c.openState(ctx, key, c.unreadable)
+	switch {
+	case errors.Is(err, errSharedRead):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	case errors.Is(err, errChunks):
+		return classify(ErrConflict, fmt.Errorf("the recovery secrets decrypt the sealed state, but it is damaged in etcd (%w); set a new manifest to start over", err))
+	case err != nil:
 		return classify(ErrInvalidRequest, fmt.Errorf("the combined recovery secrets do not decrypt the sealed state: %w", err))
 	}
 	var hdr sealHeader
@@ -272,10 +277,26 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	if err := c.vault.recovered(ctx, c.asideSuffix("unusable")); err != nil {
 		return err
 	}
-	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.Recovered(c.opts.Now(), snap.fingerprint))
+	if d := c.vault.disk; d != nil && layout != nil && bytes.Equal(d.blob, c.unreadable) {
+		d.layout = layout // its chunks are stored: the commit keeps them
+	}
+	// A state restored from a backup onto another machine is recovered
+	// here: the restore is recorded before the recovery (restored.go).
+	restored, done, err := c.restoreRecord(ctx, snap, c.unreadable)
+	if err != nil {
+		return err
+	}
+	st.UpdateLog = slices.Clip(st.UpdateLog)
+	if restored != "" {
+		st.UpdateLog = append(st.UpdateLog, restored)
+	}
+	st.UpdateLog = append(st.UpdateLog, updatelog.Recovered(c.opts.Now(), snap.fingerprint))
 	err = c.commit(ctx, st, hdr, key, snap.manifest.Config.SealMode)
 	if !stored(err) {
 		return err
+	}
+	if done != nil {
+		done()
 	}
 	c.unreadable = nil
 	c.rec.stop()

@@ -84,6 +84,7 @@ const (
 	opRecover     operation = "recover"
 	opSecrets     operation = "read or write secrets"
 	opUpdate      operation = "update"
+	opReadLog     operation = "read the verifiable update log"
 	opCounter     operation = "set a monotonic counter"
 )
 
@@ -95,6 +96,7 @@ var allowedIn = map[operation][]State{
 	opRecover:     {StateRecovery},
 	opSecrets:     {StateAcceptingMarbles},
 	opUpdate:      {StateAcceptingMarbles},
+	opReadLog:     {StateAcceptingMarbles},
 	opCounter:     {StateAcceptingMarbles},
 }
 

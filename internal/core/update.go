@@ -116,7 +116,8 @@ func (c *Core) updateOnce(ctx context.Context, peer []*x509.Certificate, raw []b
 	fp := fingerprint(raw)
 	if p.missingAcknowledgments() == 0 {
 		st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateInitiatedApplied(now, u.Name, fp))
-		return c.applyFullUpdate(ctx, s, &st, m, raw)
+		// The initiator alone applied it: no one acknowledged.
+		return c.applyFullUpdate(ctx, s, &st, m, raw, nil)
 	}
 	st.Pending = p
 	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateInitiatedWaiting(now, u.Name, p.missingAcknowledgments(), p.missingUsers(), fp))
@@ -127,7 +128,7 @@ func (c *Core) updateOnce(ctx context.Context, peer []*x509.Certificate, raw []b
 	return UpdateResult{MissingAcknowledgments: p.missingAcknowledgments(), MissingUsers: p.missingUsers()}, nil
 }
 
-// updatePackages applies a package update (behaviour.md §7.1): new security
+// updatePackages applies a package update (as MarbleRun does): new security
 // versions, a new intermediate CA and Marble root (keeping every SAN), and
 // shared certificates re-issued under it with their original expiry.
 func (c *Core) updatePackages(ctx context.Context, s *snapshot, u *user.User, m *manifest.Manifest) error {
@@ -244,7 +245,7 @@ func (c *Core) acknowledgeUpdateOnce(ctx context.Context, peer []*x509.Certifica
 			return UpdateResult{}, err
 		}
 		st.Pending = nil
-		res, err := c.applyFullUpdate(ctx, s, &st, m, raw)
+		res, err := c.applyFullUpdate(ctx, s, &st, m, raw, np.Acknowledged)
 		if errors.Is(err, ErrInvalidRequest) || errors.Is(err, manifest.ErrInvalid) {
 			// The update can never apply: cancel it. A failure of the
 			// service (the store, say) keeps it pending, unchanged, and
@@ -301,13 +302,16 @@ func (c *Core) cancelUpdateOnce(ctx context.Context, peer []*x509.Certificate) e
 	return nil
 }
 
-// applyFullUpdate makes m (uploaded as raw) the manifest (behaviour.md §7.2
-// step 7 and §7.3): users, packages and secrets follow the new manifest, the
+// applyFullUpdate makes m (uploaded as raw) the manifest, as MarbleRun
+// applies a full update: users, packages and secrets follow the new manifest, the
 // intermediate CA and Marble root are rotated, and a new data key with new
 // recovery secrets is made when the recovery keys changed or SealMode
 // became stricter (sealModeTightened). st already carries the log entries
-// and pending state of the caller.
-func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState, m *manifest.Manifest, raw []byte) (UpdateResult, error) {
+// and pending state of the caller; acked are the users who acknowledged
+// the update, the initiator first (nil when the initiator alone applied
+// it), recorded in the "quarry: manifest changed" entry
+// (docs/update-log.md).
+func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState, m *manifest.Manifest, raw []byte, acked []string) (UpdateResult, error) {
 	users, err := user.FromManifest(m)
 	if err != nil {
 		return UpdateResult{}, classify(ErrInvalidRequest, err)
@@ -334,10 +338,6 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 	}
 	if st.CA, err = authority.Persist(); err != nil {
 		return UpdateResult{}, err
-	}
-	var acked []string
-	if st.Pending != nil {
-		acked = st.Pending.Acknowledged
 	}
 	st.Manifest, st.ManifestSignature, st.Packages, st.Pending = raw, sig, m.Packages, nil
 	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateApplied(now, fingerprint(raw)),
@@ -415,7 +415,8 @@ func sealModeName(m string) string {
 }
 
 // updatedSecrets computes the secrets after a full update and their
-// previous values (behaviour.md §7.3, templates' .Previous.Secrets):
+// previous values, as MarbleRun does (README.md, "Secrets across full
+// updates"; templates' .Previous.Secrets):
 //
 //   - removed secrets go, with their previous values;
 //   - new or redefined ones are generated (user-defined ones start empty),

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -50,6 +51,10 @@ type vault struct {
 
 	// Per-instance key entries (instancekeys.go): set on a shared store.
 	instances
+	// The state in chunks (vaultchunks.go): on a store that keeps them.
+	chunked
+	// rand is the nonce source of sealed chunks (nil: the FIPS module's).
+	rand io.Reader
 }
 
 // storedBlob is a blob in the data store, the key that opens it and the
@@ -59,6 +64,9 @@ type storedBlob struct {
 	binding [32]byte
 	dek     []byte
 	mode    string
+	// layout is the blob's chunks when it is a head (vaultchunks.go);
+	// nil for a single blob, or while the head is not opened.
+	layout *stateLayout
 }
 
 // errUnconfirmed is wrapped by a commit error after which the new state IS
@@ -157,9 +165,12 @@ func unsealProblem(err error) *keyProblem {
 }
 
 // opened records that dek opens the stored blob, whose state has seal
-// mode mode.
-func (v *vault) opened(dek []byte, mode string) {
-	v.disk.dek, v.disk.mode = dek, mode
+// mode mode (and, for a head, whose chunks are layout).
+func (v *vault) opened(dek []byte, mode string, layout *stateLayout) {
+	v.disk.dek, v.disk.mode, v.disk.layout = dek, mode, layout
+	if layout != nil {
+		v.cache = layout
+	}
 	v.remember(dek, mode)
 }
 
@@ -262,8 +273,9 @@ func moveAside(ctx context.Context, s store.Store, suffix string) (string, error
 // key bound to blob, plus the current key bound to the stored blob), then
 // the blob. It returns nil only when both are stored. On an error the
 // stores hold the old state again (or, when that fails as well, an error
-// wrapping errUnconfirmed says that the new state is stored).
-func (v *vault) commit(ctx context.Context, blob, dek []byte, mode string) error {
+// wrapping errUnconfirmed says that the new state is stored). On a store
+// that keeps chunks, blob is a head and layout its chunks.
+func (v *vault) commit(ctx context.Context, blob, dek []byte, mode string, layout *stateLayout) error {
 	if v.unsure && v.shared() == nil {
 		if err := v.resolve(ctx); err != nil {
 			return err
@@ -275,7 +287,7 @@ func (v *vault) commit(ctx context.Context, blob, dek []byte, mode string) error
 		if err != nil {
 			return err
 		}
-		return v.commitShared(ctx, s, blob, keyFile, dek, mode)
+		return v.commitShared(ctx, s, blob, keyFile, dek, mode, layout)
 	}
 	newKey, err := v.sealer.SealKey(dek, binding[:], mode)
 	if err != nil {
@@ -294,7 +306,7 @@ func (v *vault) commit(ctx context.Context, blob, dek []byte, mode string) error
 		return err
 	}
 	if s := v.shared(); s != nil {
-		return v.commitShared(ctx, s, blob, keyFile, dek, mode)
+		return v.commitShared(ctx, s, blob, keyFile, dek, mode, layout)
 	}
 	rev, err := v.key.Save(ctx, keyFile, v.keyRev)
 	if err != nil {

@@ -51,6 +51,10 @@ type Options struct {
 	// attestation collateral (false: none cached); nil when quote
 	// verification has no collateral source.
 	CollateralNextUpdate func() (time.Time, bool)
+	// EtcdStatus, with store etcd, returns what each etcd endpoint says
+	// about its database (etcd's maintenance Status API), asked at scrape
+	// time; nil without etcd.
+	EtcdStatus func(ctx context.Context) []EtcdMember
 	// SkipProcessCollectors leaves out the Go and process collectors
 	// (tests that compare whole outputs).
 	SkipProcessCollectors bool
@@ -66,6 +70,7 @@ type Metrics struct {
 	activationFailures *prometheus.CounterVec
 	commits            *prometheus.CounterVec
 	commitDuration     prometheus.Histogram
+	compactions        *prometheus.CounterVec
 	grpc               *grpcprom.ServerMetrics
 	requests           *RequestMetrics
 }
@@ -104,6 +109,16 @@ func New(c Coordinator, opts Options) *Metrics {
 	})
 	m.grpc = grpcprom.NewServerMetrics()
 	m.requests = newRequestMetrics()
+	m.compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "quarry", Name: "etcd_compactions_total",
+		Help: "Compactions of etcd's history started by this instance (store etcd, --etcd-compaction), by result (success, failure).",
+	}, []string{"result"})
+	if opts.EtcdStatus != nil {
+		for _, r := range []string{"success", "failure"} {
+			m.compactions.WithLabelValues(r)
+		}
+		reg.MustRegister(m.compactions, &etcdCollector{status: opts.EtcdStatus})
+	}
 
 	ctx := context.Background()
 	reg.MustRegister(
@@ -193,6 +208,16 @@ func (m *Metrics) OnCommit(r core.CommitResult) {
 	m.commitDuration.Observe(r.Duration.Seconds())
 }
 
+// OnCompaction counts one compaction of etcd's history
+// (etcdstore.CompactionOptions.Done).
+func (m *Metrics) OnCompaction(err error) {
+	result := "success"
+	if err != nil {
+		result = "failure"
+	}
+	m.compactions.WithLabelValues(result).Inc()
+}
+
 // GRPCInterceptor returns the Marble API's unary interceptor that records
 // the grpc_server_* metrics.
 func (m *Metrics) GRPCInterceptor() grpc.UnaryServerInterceptor {
@@ -228,6 +253,67 @@ func (c *collateralCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(collateralDesc, prometheus.GaugeValue, float64(t.UnixNano())/1e9)
+}
+
+// EtcdMember is what one etcd endpoint says about its database.
+type EtcdMember struct {
+	Endpoint string
+	// OK is false when the endpoint did not answer (the sizes are then
+	// unknown).
+	OK bool
+	// DBSize is the database file's size, DBSizeInUse the part in use
+	// (the rest is free pages, reused by etcd and returned to the file
+	// system by a defragmentation), Quota the member's
+	// --quota-backend-bytes (0: the member does not say, etcd < 3.6).
+	DBSize, DBSizeInUse, Quota int64
+}
+
+// etcdStatusTimeout bounds the status requests of one scrape.
+const etcdStatusTimeout = 2 * time.Second
+
+var (
+	etcdUpDesc = prometheus.NewDesc("quarry_etcd_up",
+		"1 when the etcd endpoint answered the status request of this scrape, else 0 (its size series are then absent).",
+		[]string{"endpoint"}, nil)
+	etcdSizeDesc = prometheus.NewDesc("quarry_etcd_db_size_bytes",
+		"Size of the etcd endpoint's database file. etcd refuses every write (alarm NOSPACE) once it reaches the quota (quarry_etcd_db_quota_bytes).",
+		[]string{"endpoint"}, nil)
+	etcdInUseDesc = prometheus.NewDesc("quarry_etcd_db_size_in_use_bytes",
+		"Part of the etcd endpoint's database file in use; the rest is free pages that etcd reuses and a defragmentation returns.",
+		[]string{"endpoint"}, nil)
+	etcdQuotaDesc = prometheus.NewDesc("quarry_etcd_db_quota_bytes",
+		"The etcd endpoint's backend quota (--quota-backend-bytes; absent when the member does not report it, etcd before 3.6).",
+		[]string{"endpoint"}, nil)
+)
+
+// etcdCollector asks the etcd endpoints for their database size at
+// scrape time.
+type etcdCollector struct {
+	status func(ctx context.Context) []EtcdMember
+}
+
+func (c *etcdCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- etcdUpDesc
+	ch <- etcdSizeDesc
+	ch <- etcdInUseDesc
+	ch <- etcdQuotaDesc
+}
+
+func (c *etcdCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), etcdStatusTimeout)
+	defer cancel()
+	for _, m := range c.status(ctx) {
+		if !m.OK {
+			ch <- prometheus.MustNewConstMetric(etcdUpDesc, prometheus.GaugeValue, 0, m.Endpoint)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(etcdUpDesc, prometheus.GaugeValue, 1, m.Endpoint)
+		ch <- prometheus.MustNewConstMetric(etcdSizeDesc, prometheus.GaugeValue, float64(m.DBSize), m.Endpoint)
+		ch <- prometheus.MustNewConstMetric(etcdInUseDesc, prometheus.GaugeValue, float64(m.DBSizeInUse), m.Endpoint)
+		if m.Quota > 0 {
+			ch <- prometheus.MustNewConstMetric(etcdQuotaDesc, prometheus.GaugeValue, float64(m.Quota), m.Endpoint)
+		}
+	}
 }
 
 // codeLabel is the code label of a status code.

@@ -288,3 +288,48 @@ func TestHandler(t *testing.T) {
 		t.Errorf("no events: %s, want []", w.Body)
 	}
 }
+
+// TestEtcdMetrics: with store etcd, each endpoint's database size, the
+// part in use and the quota are asked at scrape time; an endpoint that
+// does not answer is up 0 without sizes; a quota the member does not
+// report is absent; compactions are counted. Without etcd none exist.
+func TestEtcdMetrics(t *testing.T) {
+	members := []EtcdMember{
+		{Endpoint: "http://a:2379", OK: true, DBSize: 5000, DBSizeInUse: 3000, Quota: 2 << 30},
+		{Endpoint: "http://b:2379"},
+		{Endpoint: "http://c:2379", OK: true, DBSize: 7000, DBSizeInUse: 7000},
+	}
+	m := New(&fakeCoordinator{}, Options{SkipProcessCollectors: true, EtcdStatus: func(ctx context.Context) []EtcdMember {
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("the status request has no deadline")
+		}
+		return members
+	}})
+	reg := m.Registry()
+	a, b, c := map[string]string{"endpoint": "http://a:2379"}, map[string]string{"endpoint": "http://b:2379"}, map[string]string{"endpoint": "http://c:2379"}
+	expectValue(t, reg, 1, "quarry_etcd_up", a)
+	expectValue(t, reg, 5000, "quarry_etcd_db_size_bytes", a)
+	expectValue(t, reg, 3000, "quarry_etcd_db_size_in_use_bytes", a)
+	expectValue(t, reg, 2<<30, "quarry_etcd_db_quota_bytes", a)
+	expectValue(t, reg, 0, "quarry_etcd_up", b)
+	if _, ok := gather(t, reg, "quarry_etcd_db_size_bytes", b); ok {
+		t.Error("a size for an endpoint that did not answer")
+	}
+	expectValue(t, reg, 7000, "quarry_etcd_db_size_bytes", c)
+	if _, ok := gather(t, reg, "quarry_etcd_db_quota_bytes", c); ok {
+		t.Error("a quota for a member that reports none")
+	}
+	expectValue(t, reg, 0, "quarry_etcd_compactions_total", map[string]string{"result": "failure"})
+	m.OnCompaction(nil)
+	m.OnCompaction(errors.New("etcd away"))
+	m.OnCompaction(nil)
+	expectValue(t, reg, 2, "quarry_etcd_compactions_total", map[string]string{"result": "success"})
+	expectValue(t, reg, 1, "quarry_etcd_compactions_total", map[string]string{"result": "failure"})
+
+	plain := New(&fakeCoordinator{}, Options{SkipProcessCollectors: true})
+	for _, name := range []string{"quarry_etcd_up", "quarry_etcd_compactions_total"} {
+		if _, ok := gather(t, plain.Registry(), name, nil); ok {
+			t.Errorf("%s without etcd", name)
+		}
+	}
+}

@@ -40,7 +40,7 @@ func Recovered(now time.Time, fingerprint string) string {
 }
 
 // auditPrefix starts the "update" message of Quarry's own entries. The
-// existing endpoints (behaviour.md §7.5) do not show them.
+// existing endpoints (GET /api/v2/update, v1 GET /update) do not show them.
 const auditPrefix = "quarry: "
 
 // IsAudit reports whether entry is one of Quarry's own entries, which the

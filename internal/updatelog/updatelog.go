@@ -1,5 +1,5 @@
 // Package updatelog writes the entries of the Coordinator's update log
-// (behaviour.md §7.5): one JSON object per line with the keys "time"
+// (docs/update-log.md): one JSON object per line with the keys "time"
 // (RFC 3339, UTC, milliseconds), "update" (the message) and then the
 // event's fields in a fixed order. The marblerun CLI parses these entries
 // (for example to rebuild package versions), so the messages and field
@@ -23,7 +23,7 @@ import (
 // TimeFormat is the format of the "time" key (applied to UTC times).
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
-// The "update" messages of §7.5.
+// The "update" messages MarbleRun's Coordinator writes.
 const (
 	MsgManifestSet              = "Initial manifest set"
 	MsgSecurityVersion          = "SecurityVersion increased"
@@ -36,7 +36,7 @@ const (
 	MsgUpdateCancelledOnFailure = "Complete Manifest update cancelled due to error during apply"
 )
 
-// Field names of §7.5.
+// Field names of MarbleRun's entries.
 const (
 	KeyUser                   = "user"
 	KeyPackage                = "package"

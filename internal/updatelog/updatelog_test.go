@@ -10,14 +10,14 @@ import (
 	"time"
 )
 
-// testNow is the time of the example in behaviour.md §7.5.
+// testNow is a time with milliseconds.
 var testNow = time.Date(2026, 11, 22, 7, 59, 18, 311_000_000, time.UTC)
 
 // fp stands for a manifest fingerprint: SHA-256("abc") (FIPS 180-2 example).
 const fp = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
 func TestConstructors(t *testing.T) {
-	// The expected lines are written by hand from §7.5, not produced by the code.
+	// The expected lines are written by hand from MarbleRun's entries, not produced by the code.
 	tests := []struct {
 		name string
 		got  string

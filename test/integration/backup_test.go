@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,7 +58,7 @@ func plainValue(t *testing.T, c *coordinator, hc *http.Client) string {
 	return string(getSecrets(t, c, hc, "plain")["plain"].Public)
 }
 
-// Issue 16: backups taken while secrets are uploaded in a loop always
+// Backups taken while secrets are uploaded in a loop always
 // restore and open: state 3, the same manifest and root, and the last
 // upload acknowledged before the backup started, or a later one.
 func TestBackupDuringWriteLoop(t *testing.T) {
@@ -212,16 +213,18 @@ func TestRestoreRules(t *testing.T) {
 	if len(aside) != 2 {
 		t.Fatalf("replaced files kept: %v", aside)
 	}
+	// The same backup again: nothing to do. (Once a Coordinator has
+	// opened it, the state holds the record of the restore in its update
+	// log, and is no longer the backup's.)
+	if stderr := runToolOK(t, "restore", "--seal-dir", s.c.sealDir, "--in", file); !strings.Contains(stderr, "nothing changed") {
+		t.Fatalf("restoring the same state again:\n%s", stderr)
+	}
 	s.c.start()
 	expectState(t, s.c, s.c.client(nil, nil), 3, msgRunning)
 	if v := plainValue(t, s.c, s.c.client(nil, &alice)); v != "old" {
 		t.Fatalf("after the restore the secret is %q, want the backup's", v)
 	}
-	// The same backup again: nothing to do.
 	s.c.kill()
-	if stderr := runToolOK(t, "restore", "--seal-dir", s.c.sealDir, "--in", file); !strings.Contains(stderr, "nothing changed") {
-		t.Fatalf("restoring the same state again:\n%s", stderr)
-	}
 
 	// Backup: no state (exit 6), usage (exit 2), to standard output.
 	if code, _, stderr := runTool(t, nil, "backup", "--seal-dir", t.TempDir(), "--out", filepath.Join(work, "x")); code != 6 {
@@ -265,7 +268,9 @@ func readSealed(t *testing.T, dir string) string {
 
 // A restored backup opens where the sealing key is the same, and leads to
 // recovery mode where it differs (Gramine sealing with another signer's
-// key); the recovery secret then restores it.
+// key); the recovery secret then restores it. Either way the update log
+// records the restore (into an empty directory: what it replaced is not
+// known), the recovery after it.
 func TestRestoreOtherSealingKey(t *testing.T) {
 	g := newGramineSealing(t, "ProductKey")
 	work := t.TempDir()
@@ -279,6 +284,7 @@ func TestRestoreOtherSealingKey(t *testing.T) {
 	hc := c.client(nil, nil)
 	expectState(t, c, hc, 3, msgRunning)
 	checkManifest(t, c, c.client(g.root, nil), g.root, g.raw)
+	checkRestoreRecorded(t, c, g.root, "")
 	c.kill()
 
 	// Another machine: another sealing key.
@@ -292,6 +298,28 @@ func TestRestoreOtherSealingKey(t *testing.T) {
 	}
 	g.upload(t, "key1", 0)
 	g.checkRecovered(t)
+	checkRestoreRecorded(t, g.c, g.root, "quarry: state recovered")
+}
+
+// checkRestoreRecorded checks, with the independent verifier, that c's log
+// records one restore into an empty directory, after the restored entries,
+// followed by an entry whose update is then (if set).
+func checkRestoreRecorded(t *testing.T, c *coordinator, root *x509.Certificate, then string) {
+	t.Helper()
+	log := independentLog(t, c, root, -1)
+	rs, err := log.Restores()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].ReplacedState != "none" || rs[0].Replaced != nil || rs[0].Seq != rs[0].RestoredCount+1 {
+		t.Fatalf("restore records %+v", rs)
+	}
+	if then == "" {
+		return
+	}
+	if uint64(len(log.Entries)) <= rs[0].Seq || !strings.Contains(log.Entries[rs[0].Seq].Entry, `"update":"`+then+`"`) {
+		t.Fatalf("the entry after the restore record is not %q", then)
+	}
 }
 
 // uploadPlain uploads the plain secret with value v.
@@ -324,7 +352,7 @@ func segmentFiles(t *testing.T, dir string) []string {
 	return names
 }
 
-// Issue 18 with issue 16: a backup carries the update log segments, so a
+// A backup carries the update log segments, so a
 // state whose log spans several segments restores into a fresh directory
 // with its whole log: GET /api/v2/update shows every entry and
 // `quarry manifest log --verify` passes. So does a backup taken while

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -30,8 +31,15 @@ var (
 	haDuration = flag.Duration("ha.duration", 15*time.Second, "how long TestLinearizability's etcd run drives load and faults (the file-store run takes a quarter)")
 	haSeed     = flag.Uint64("ha.seed", 0, "seed of TestLinearizability's random choices (0: from the clock; the seed is logged)")
 	haClients  = flag.Int("ha.clients", 5, "concurrent clients in TestLinearizability")
-	haMaxOps   = flag.Int("ha.maxops", 4000, "at most this many operations per client in TestLinearizability")
+	haMaxOps   = flag.Int("ha.maxops", 100000, "at most this many operations per client in TestLinearizability")
+	// The done-when fault run (TestHAChaos).
+	haChaos      = flag.Duration("ha.chaos", 20*time.Second, "how long TestHAChaos injects faults before the all-kill and the quorum loss")
+	haQuorumLoss = flag.Duration("ha.quorumloss", 10*time.Second, "how long TestHAChaos keeps two of the three etcd members down")
+	haAssertDB   = flag.Bool("ha.assert-db-size", false, "TestHAChaos: fail when an etcd member's database ends above 48 MiB (switch on once etcd compaction is in)")
 )
+
+// haMaxDBBytes is the bound -ha.assert-db-size enforces.
+const haMaxDBBytes = 48 << 20
 
 // haNode is one coordinator process whose address the fault loop changes
 // (a restarted process listens on a new port) while clients use it.
@@ -68,7 +76,17 @@ type linRun struct {
 	// manifest is the manifest every client tries to set first.
 	manifest []byte
 	alice    tls.Certificate
-	svnNext  atomic.Int64
+	// stop ends the clients' loops.
+	stop chan struct{}
+
+	svnMu   sync.Mutex
+	svnTop  int
+	svnUsed map[int]bool
+
+	// rootChecked / rootErrs: the roots every instance presented right
+	// after the manifest was set (checkRoots).
+	rootChecked atomic.Int32
+	rootErrs    []string
 
 	mu  sync.Mutex
 	ops []porcupine.Operation
@@ -76,6 +94,36 @@ type linRun struct {
 	answers map[string]int
 	// latencies of acknowledged writes and answered reads.
 	writeLat, readLat []time.Duration
+	// calls: every request sent, with its answer (for the quorum loss).
+	calls []linCall
+}
+
+// linCall is one request sent and its answer.
+type linCall struct {
+	in         mInput
+	start, end time.Time
+	code       int // 0: no answer
+}
+
+// nextSVN returns a security version no client sent before: mostly the
+// next upgrade (1, 5, 9, … : 1 mod 4), else one below the newest (never 1
+// mod 4), which the Coordinator must refuse when the version has passed
+// it. Unique values let the checker find each update in the update log.
+func (r *linRun) nextSVN(rng *rand.Rand) int {
+	r.svnMu.Lock()
+	defer r.svnMu.Unlock()
+	if rng.IntN(4) == 0 && r.svnTop > 8 {
+		for range 8 {
+			v := r.svnTop - 4*(1+rng.IntN(3)) + 1 + rng.IntN(3)
+			if v > modelInitialSVN && !r.svnUsed[v] {
+				r.svnUsed[v] = true
+				return v
+			}
+		}
+	}
+	r.svnTop += 4
+	r.svnUsed[r.svnTop] = true
+	return r.svnTop
 }
 
 func (r *linRun) now() int64 { return int64(time.Since(r.t0)) }
@@ -83,6 +131,8 @@ func (r *linRun) now() int64 { return int64(time.Since(r.t0)) }
 func (r *linRun) record(op porcupine.Operation, in mInput, out mOutput, lat time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	end := time.Now()
+	r.calls = append(r.calls, linCall{in: in, start: end.Add(-lat), end: end, code: out.HTTP})
 	r.answers[fmt.Sprintf("%s %d", in.Op, out.HTTP)]++
 	if out.Unknown {
 		if in.Op == opStatus || in.Op == opGetSecret || in.Op == opGetLog {
@@ -145,7 +195,7 @@ func (c *linClient) call(hc *http.Client, n *haNode, method, path string, body [
 		return 0, jsend{}
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20)) // the update log grows with the run
 	var env jsend
 	if err != nil || json.Unmarshal(raw, &env) != nil {
 		return 0, jsend{}
@@ -236,6 +286,7 @@ func decodeRead(in mInput, data json.RawMessage, out *mOutput) error {
 			return err
 		}
 		out.LogLen = len(d.UpdateLog)
+		out.Log = d.UpdateLog
 	}
 	return nil
 }
@@ -251,18 +302,32 @@ func (c *linClient) pick() int {
 	return order[0]
 }
 
-// loop runs the client until the deadline or its operation budget: first
-// the manifest (retried until definite: set by this client or another),
-// then a random mix of writes and reads through random instances.
-func (c *linClient) loop(deadline time.Time, maxOps int) {
-	for time.Now().Before(deadline) {
-		out := c.do(c.pick(), mInput{Op: opSetManifest})
+func (c *linClient) stopped() bool {
+	select {
+	case <-c.run.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// loop runs the client until the run stops or its operation budget ends:
+// first the manifest (retried until definite: set by this client or
+// another; the client that set it checks every instance's root), then a
+// random mix of writes and reads through random instances.
+func (c *linClient) loop(maxOps int) {
+	for !c.stopped() {
+		ni := c.pick()
+		out := c.do(ni, mInput{Op: opSetManifest})
+		if out.OK {
+			c.run.checkRoots(ni)
+		}
 		if !out.Unknown {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for ops := 0; ops < maxOps && time.Now().Before(deadline); ops++ {
+	for ops := 0; ops < maxOps && !c.stopped(); ops++ {
 		var in mInput
 		switch p := c.rng.IntN(100); {
 		case p < 30:
@@ -271,11 +336,7 @@ func (c *linClient) loop(deadline time.Time, maxOps int) {
 			v := fmt.Sprintf("c%02d-w%06d-", c.id, c.writes)
 			in = mInput{Op: opSetSecret, Secret: c.rng.IntN(len(modelSecrets)), Value: v + strings.Repeat("x", 32-len(v))}
 		case p < 40:
-			n := c.run.svnNext.Add(1)
-			if c.rng.IntN(4) == 0 {
-				n = max(1, n-int64(1+c.rng.IntN(3))) // probably a downgrade: refused
-			}
-			in = mInput{Op: opSetSVN, SVN: int(n)}
+			in = mInput{Op: opSetSVN, SVN: c.run.nextSVN(c.rng)}
 		case p < 70:
 			in = mInput{Op: opGetSecret, Secret: c.rng.IntN(len(modelSecrets))}
 		case p < 85:
@@ -299,20 +360,145 @@ func linManifest(t *testing.T) ([]byte, tls.Certificate) {
 	return f.bytes(t), f.users["alice"].cert
 }
 
-// linFaults says which faults the run injects.
-type linFaults struct {
-	etcd    *etcdtest.Cluster // stop and restart members (one at a time: quorum stays)
-	minUp   int               // coordinators kept running
-	restart []time.Duration   // filled: time from start() to listening after a SIGKILL
+// rootOf opens a new TLS connection to addr (so that the handshake picks
+// its certificate now), sends GET /api/v2/status over it and returns the
+// last certificate of the chain presented and the answer's status.
+func rootOf(addr string, cert tls.Certificate) ([]byte, int, error) {
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second},
+		Config: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	conn := nc.(*tls.Conn)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	chain := conn.ConnectionState().PeerCertificates
+	if len(chain) == 0 {
+		return nil, 0, errors.New("no certificate presented")
+	}
+	if _, err := io.WriteString(conn, "GET /api/v2/status HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"); err != nil {
+		return nil, 0, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp.Body.Close()
+	return chain[len(chain)-1].Raw, resp.StatusCode, nil
 }
 
-// runLinearizability drives the workload against nodes for d while the
-// test goroutine injects faults, then checks the history.
-func runLinearizability(t *testing.T, name string, nodes []*haNode, seed uint64, d time.Duration, faults *linFaults) {
+// checkRoots: right after instance ni acknowledged the manifest, a new
+// connection to every instance that runs must present the manifest's root
+// (docs/ha.md: every TLS handshake brings the instance up to the stored
+// state first). A handshake whose sync failed presents the old root, but
+// then every request over it gets 503: only connections whose request was
+// answered 200 count.
+func (r *linRun) checkRoots(ni int) {
+	root := func(n *haNode) ([]byte, bool) {
+		for range 20 {
+			addr, up := n.address()
+			if !up {
+				return nil, false
+			}
+			raw, code, err := rootOf(addr, r.alice)
+			if err == nil && code == http.StatusOK {
+				return raw, true
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return nil, false
+	}
+	want, ok := root(r.nodes[ni])
+	if !ok {
+		return
+	}
+	for i, n := range r.nodes {
+		got, ok := root(n)
+		if !ok {
+			continue
+		}
+		r.rootChecked.Add(1)
+		if !bytes.Equal(got, want) {
+			r.mu.Lock()
+			r.rootErrs = append(r.rootErrs, fmt.Sprintf("instance %d presents another root than instance %d, which set the manifest", i, ni))
+			r.mu.Unlock()
+		}
+	}
+}
+
+// linPlan says which faults a run injects, in which phases.
+type linPlan struct {
+	procs *etcdtest.Procs // etcd members to crash, stop and freeze (one at a time); nil: none
+	minUp int             // coordinators kept running during the chaos
+	// chaos is how long clients run while faults are injected.
+	chaos time.Duration
+	// allKill: then SIGKILL every coordinator at once and start them again.
+	allKill bool
+	// quorumLoss: then keep two etcd members down (one killed, one
+	// frozen) for this long.
+	quorumLoss time.Duration
+	// quiet: then run the clients without faults for this long.
+	quiet time.Duration
+
+	// filled by the run
+	restart    []time.Duration // time from start() to listening after a SIGKILL
+	etcdFaults map[string]int
+	kills      int
+	qlFrom     time.Time // the quorum loss
+	qlTo       time.Time
+}
+
+// etcdFault is one etcd member down.
+type etcdFault struct {
+	member int // -1: none
+	kind   string
+	until  time.Time
+}
+
+func (p *linPlan) inject(t *testing.T, rng *rand.Rand, now time.Time) etcdFault {
+	m := rng.IntN(p.procs.Size())
+	kind := [...]string{"SIGKILL", "SIGTERM", "SIGSTOP"}[rng.IntN(3)]
+	switch kind {
+	case "SIGKILL":
+		p.procs.Kill(m)
+	case "SIGTERM":
+		p.procs.Term(m)
+	default:
+		p.procs.Freeze(m)
+	}
+	p.etcdFaults[kind]++
+	return etcdFault{member: m, kind: kind, until: now.Add(time.Duration(500+rng.IntN(2500)) * time.Millisecond)}
+}
+
+func (p *linPlan) repair(t *testing.T, f etcdFault) {
+	if f.member < 0 {
+		return
+	}
+	if err := p.procs.Restart(f.member); err != nil {
+		t.Fatalf("restarting etcd member %d after %s: %v", f.member, f.kind, err)
+	}
+}
+
+// allHealthy reports whether every etcd member runs with a leader.
+func (p *linPlan) allHealthy() bool {
+	for i := range p.procs.Size() {
+		if !p.procs.Healthy(i) {
+			return false
+		}
+	}
+	return true
+}
+
+// runLinearizability drives the workload against nodes while the test
+// goroutine injects the plan's faults, then checks the history.
+func runLinearizability(t *testing.T, name string, nodes []*haNode, seed uint64, plan *linPlan) *linRun {
 	manifest, alice := linManifest(t)
-	r := &linRun{nodes: nodes, t0: time.Now(), manifest: manifest, alice: alice, answers: map[string]int{}}
-	r.svnNext.Store(modelInitialSVN)
-	deadline := time.Now().Add(d)
+	r := &linRun{nodes: nodes, t0: time.Now(), manifest: manifest, alice: alice, answers: map[string]int{},
+		stop: make(chan struct{}), svnTop: modelInitialSVN, svnUsed: map[int]bool{}}
+	plan.etcdFaults = map[string]int{}
 	var wg sync.WaitGroup
 	clients := make([]*linClient, *haClients)
 	for i := range clients {
@@ -322,65 +508,97 @@ func runLinearizability(t *testing.T, name string, nodes []*haNode, seed uint64,
 		}
 		clients[i] = &linClient{id: i, run: r, rng: rand.New(rand.NewPCG(seed, uint64(i+1))),
 			hc: tr([]tls.Certificate{alice}), anon: tr(nil)}
-		wg.Go(func() { clients[i].loop(deadline, *haMaxOps) })
+		wg.Go(func() { clients[i].loop(*haMaxOps) })
+	}
+	upCount := func() int {
+		up := 0
+		for _, n := range nodes {
+			if _, ok := n.address(); ok {
+				up++
+			}
+		}
+		return up
+	}
+	startNode := func(n *haNode) {
+		start := time.Now()
+		n.c.start()
+		plan.restart = append(plan.restart, time.Since(start))
+		n.setUp(true)
 	}
 
 	// Faults, from the test goroutine (starting a process may t.Fatal).
 	rng := rand.New(rand.NewPCG(seed, 0))
 	downUntil := make([]time.Time, len(nodes))
-	var etcdDown = -1
-	var etcdUntil time.Time
-	kills, etcdStops := 0, 0
-	for time.Now().Before(deadline) {
+	down := etcdFault{member: -1}
+	chaosEnd := time.Now().Add(plan.chaos)
+	for time.Now().Before(chaosEnd) {
 		time.Sleep(time.Duration(100+rng.IntN(200)) * time.Millisecond)
 		now := time.Now()
 		for i, n := range nodes {
 			if _, up := n.address(); !up && now.After(downUntil[i]) {
-				start := time.Now()
-				n.c.start()
-				faults.restart = append(faults.restart, time.Since(start))
-				n.setUp(true)
+				startNode(n)
 			}
 		}
-		if etcdDown >= 0 && now.After(etcdUntil) {
-			if err := faults.etcd.Restart(etcdDown); err != nil {
-				t.Fatalf("restarting etcd member %d: %v", etcdDown, err)
-			}
-			etcdDown = -1
+		if down.member >= 0 && now.After(down.until) {
+			plan.repair(t, down)
+			down = etcdFault{member: -1}
 		}
 		switch p := rng.IntN(100); {
 		case p < 10: // SIGKILL a coordinator for 0.2–1.5 s
-			up := 0
-			for _, n := range nodes {
-				if _, ok := n.address(); ok {
-					up++
-				}
-			}
 			i := rng.IntN(len(nodes))
-			if _, ok := nodes[i].address(); ok && up > faults.minUp {
+			if _, ok := nodes[i].address(); ok && upCount() > plan.minUp {
 				nodes[i].setUp(false)
 				nodes[i].c.kill()
 				downUntil[i] = now.Add(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
-				kills++
+				plan.kills++
 			}
-		case p < 18 && faults.etcd != nil && etcdDown < 0: // stop an etcd member for 0.5–3 s
-			etcdDown = rng.IntN(faults.etcd.Size())
-			faults.etcd.Stop(etcdDown)
-			etcdUntil = now.Add(time.Duration(500+rng.IntN(2500)) * time.Millisecond)
-			etcdStops++
+		case p < 20 && plan.procs != nil && down.member < 0 && plan.allHealthy():
+			// one etcd member crashed, stopped or frozen for 0.5–3 s
+			down = plan.inject(t, rng, now)
 		}
 	}
-	wg.Wait()
-	// Everything back up for the final reads.
-	if etcdDown >= 0 {
-		if err := faults.etcd.Restart(etcdDown); err != nil {
-			t.Fatalf("restarting etcd member %d: %v", etcdDown, err)
-		}
-	}
+	plan.repair(t, down)
 	for _, n := range nodes {
 		if _, up := n.address(); !up {
-			n.c.start()
-			n.setUp(true)
+			startNode(n)
+		}
+	}
+	if plan.allKill {
+		for _, n := range nodes {
+			n.setUp(false)
+			n.c.kill()
+		}
+		plan.kills += len(nodes)
+		time.Sleep(500 * time.Millisecond)
+		for _, n := range nodes {
+			startNode(n)
+		}
+	}
+	if plan.quorumLoss > 0 {
+		if err := plan.procs.WaitHealthy(60 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		a := rng.IntN(plan.procs.Size())
+		b := (a + 1 + rng.IntN(plan.procs.Size()-1)) % plan.procs.Size()
+		plan.qlFrom = time.Now()
+		plan.procs.Kill(a)
+		plan.procs.Freeze(b)
+		time.Sleep(plan.quorumLoss)
+		plan.qlTo = time.Now()
+		plan.procs.Thaw(b)
+		if err := plan.procs.Restart(a); err != nil {
+			t.Fatalf("restarting etcd member %d after the quorum loss: %v", a, err)
+		}
+		if err := plan.procs.WaitHealthy(60 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(plan.quiet)
+	close(r.stop)
+	wg.Wait()
+	if plan.procs != nil {
+		if err := plan.procs.WaitHealthy(60 * time.Second); err != nil {
+			t.Fatal(err)
 		}
 	}
 	load := time.Since(r.t0)
@@ -390,11 +608,21 @@ func runLinearizability(t *testing.T, name string, nodes []*haNode, seed uint64,
 	final := &linClient{id: len(clients), run: r, hc: clients[0].hc, anon: clients[0].anon}
 	finalValues := make([][len(modelSecrets)]string, len(nodes))
 	finalLog := make([]int, len(nodes))
+	var finalEntries []linLogEntry
+	var finalRet int64
 	for ni := range nodes {
 		for si := range modelSecrets {
 			finalValues[ni][si] = final.mustRead(t, ni, mInput{Op: opGetSecret, Secret: si}).Value
 		}
-		finalLog[ni] = final.mustRead(t, ni, mInput{Op: opGetLog}).LogLen
+		out := final.mustRead(t, ni, mInput{Op: opGetLog})
+		finalLog[ni] = out.LogLen
+		if ni == 0 {
+			entries, err := parseLog(out.Log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			finalEntries, finalRet = entries, r.now()
+		}
 		if s := final.mustRead(t, ni, mInput{Op: opStatus}).Status; s != 3 {
 			t.Errorf("instance %d ends in state %d", ni, s)
 		}
@@ -410,6 +638,9 @@ func runLinearizability(t *testing.T, name string, nodes []*haNode, seed uint64,
 			t.Errorf("instance %d ends with %d update-log entries, instance 0 with %d", ni, finalLog[ni], finalLog[0])
 		}
 	}
+	for _, e := range checkLog(ops, finalEntries) {
+		t.Errorf("%s: update log: %s (replay with -ha.seed %d)", name, e, seed)
+	}
 
 	unknown := 0
 	for _, op := range ops {
@@ -417,72 +648,27 @@ func runLinearizability(t *testing.T, name string, nodes []*haNode, seed uint64,
 			unknown++
 		}
 	}
-	ops, patched := patchUnknown(ops, finalLog[0])
+	checked, nw := narrow(ops, finalEntries, finalRet)
 	start := time.Now()
-	res, viz, err := checkHistory(ops, time.Minute)
-	t.Logf("%s: seed %d: %d operations in %v (%d of unknown outcome; %s), %d SIGKILLs, %d etcd member stops; porcupine: %s in %v",
-		name, seed, len(ops), load.Round(time.Millisecond), unknown, patched, kills, etcdStops, res, time.Since(start).Round(time.Millisecond))
+	res, viz, err := checkHistory(checked, 5*time.Minute)
+	t.Logf("%s: seed %d: %d operations in %v (%d of unknown outcome; %s), %d coordinator SIGKILLs, etcd member faults %v; porcupine: %s on %d operations in %v",
+		name, seed, len(ops), load.Round(time.Millisecond), unknown, nw, plan.kills, plan.etcdFaults, res, len(checked), time.Since(start).Round(time.Millisecond))
 	t.Logf("%s: answers %v", name, answers)
 	logFigures(t, name, r, load)
 	if res == porcupine.Unknown {
-		t.Fatalf("%s: porcupine did not finish within a minute (replay with -ha.seed %d; fewer operations: -ha.maxops); visualization: %s %v", name, seed, viz, err)
+		t.Fatalf("%s: porcupine did not finish within 5 minutes (replay with -ha.seed %d); visualization: %s %v", name, seed, viz, err)
 	}
 	if res != porcupine.Ok {
 		t.Fatalf("%s: the history is not linearizable (%s; replay with -ha.seed %d); visualization: %s %v", name, res, seed, viz, err)
 	}
-}
-
-// patchUnknown narrows writes of unknown outcome (as etcd's robustness
-// tests do), so that the check stays fast; both steps are sound:
-//   - a secret write whose unique value a read returned took effect before
-//     that read returned: its return time becomes the earliest such read's;
-//   - the final update log (read after all faults, the same at every
-//     instance) has one entry per applied change: if the acknowledged
-//     changes and the observed unknown ones account for all of them, no
-//     other unknown write took effect, and those are dropped.
-//
-// Otherwise the unknown writes stay open until infinity.
-func patchUnknown(ops []porcupine.Operation, finalLog int) ([]porcupine.Operation, string) {
-	firstSeen := map[string]int64{}
-	acked := 0
-	for _, op := range ops {
-		in, out := op.Input.(mInput), op.Output.(mOutput)
-		if in.Op == opGetSecret && !out.Unknown && out.Value != "" {
-			if r, ok := firstSeen[out.Value]; !ok || op.Return < r {
-				firstSeen[out.Value] = op.Return
-			}
-		}
-		if (in.Op == opSetSecret || in.Op == opSetSVN) && out.OK && !out.Unknown {
-			acked++
-		}
+	if c := r.rootChecked.Load(); c == 0 {
+		t.Errorf("%s: no instance's root was checked after the manifest was set", name)
 	}
-	observed, open := 0, 0
-	for i, op := range ops {
-		in, out := op.Input.(mInput), op.Output.(mOutput)
-		if !out.Unknown || in.Op != opSetSecret {
-			continue
-		}
-		if r, ok := firstSeen[in.Value]; ok {
-			ops[i].Return = max(r, op.Call)
-			ops[i].Output = mOutput{Unknown: true, HTTP: out.HTTP}
-			observed++
-		}
+	for _, e := range r.rootErrs {
+		t.Errorf("%s: %s", name, e)
 	}
-	for _, op := range ops {
-		if op.Output.(mOutput).Unknown && op.Return == unknownReturn && op.Input.(mInput).Op != opSetManifest {
-			open++
-		}
-	}
-	if open == 0 || finalLog != modelLogAfterManifest+acked+observed {
-		return ops, fmt.Sprintf("%d bounded by a read, %d left open", observed, open)
-	}
-	kept := ops[:0]
-	for _, op := range ops {
-		if !(op.Output.(mOutput).Unknown && op.Return == unknownReturn && op.Input.(mInput).Op != opSetManifest) {
-			kept = append(kept, op)
-		}
-	}
-	return kept, fmt.Sprintf("%d bounded by a read, %d not applied per the final log, dropped", observed, open)
+	t.Logf("%s: after the manifest set, %d new connections to the instances presented the manifest's root", name, r.rootChecked.Load())
+	return r
 }
 
 // mustRead reads through node ni until it answers (instances may still be
@@ -567,22 +753,103 @@ func linSeed(t *testing.T) uint64 {
 }
 
 // TestLinearizability: three coordinator processes on a three-member etcd
-// cluster; concurrent clients write and read through random instances while
-// instances are SIGKILLed and restarted and etcd members stopped and
-// restarted; the recorded history must be linearizable (porcupine) and no
+// cluster of real processes; concurrent clients write and read through
+// random instances while instances are SIGKILLed and restarted and etcd
+// members crashed (SIGKILL), stopped (SIGTERM) or frozen (SIGSTOP) one at
+// a time; the recorded history must be linearizable (porcupine) and no
 // acknowledged write may be lost.
 func TestLinearizability(t *testing.T) {
 	seed := linSeed(t)
-	cluster := etcdtest.Start(t, 3)
-	env := haEnv(cluster.Endpoints(), newPrefix())
+	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{})
+	env := haEnv(procs.Endpoints(), newPrefix())
 	nodes := make([]*haNode, 3)
 	for i := range nodes {
 		nodes[i] = &haNode{c: startCoordinator(t, "", env...)}
 		nodes[i].setUp(true)
 	}
-	faults := &linFaults{etcd: cluster, minUp: 1}
-	runLinearizability(t, "etcd, 3 instances", nodes, seed, *haDuration, faults)
-	logRestart(t, faults)
+	plan := &linPlan{procs: procs, minUp: 1, chaos: *haDuration, quiet: time.Second}
+	runLinearizability(t, "etcd, 3 instances", nodes, seed, plan)
+	logRestart(t, plan)
+}
+
+// TestHAChaos is the fault run of docs/ha.md ("The fault run"): three etcd
+// processes and three coordinators; -ha.chaos of SIGKILLed coordinators
+// and one etcd member at a time crashed, stopped or frozen; then every
+// coordinator SIGKILLed at once and started again; then -ha.quorumloss
+// with two etcd members down (one crashed, one frozen); then a few seconds
+// without faults. Besides the checks of TestLinearizability: no answer is
+// 500, every request sent while the quorum is lost is answered 503 within
+// the store timeout (and a little), and each etcd member's database size
+// is reported (and bounded with -ha.assert-db-size).
+func TestHAChaos(t *testing.T) {
+	seed := linSeed(t)
+	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{})
+	env := haEnv(procs.Endpoints(), newPrefix())
+	nodes := make([]*haNode, 3)
+	for i := range nodes {
+		nodes[i] = &haNode{c: startCoordinator(t, "", env...)}
+		nodes[i].setUp(true)
+	}
+	plan := &linPlan{procs: procs, minUp: 1, chaos: *haChaos, allKill: true, quorumLoss: *haQuorumLoss, quiet: 3 * time.Second}
+	r := runLinearizability(t, "fault run", nodes, seed, plan)
+	logRestart(t, plan)
+
+	// No 500 at any time; 503 while the quorum is lost. The first
+	// requests of the loss may still wait for a write under way (the
+	// write's own timeout, then its read-back's): requests sent from two
+	// store timeouts and a second on are held to the bound of one store
+	// timeout. Over a new connection the TLS handshake waits for a sync
+	// first, and the request after it is refused at once because that
+	// sync just failed (docs/ha.md); the test allows a second over the
+	// store timeout for the handshakes themselves under -race and counts
+	// the answers over half a second more.
+	const storeTimeout = 2 * time.Second // the default --store-timeout
+	grace := plan.qlFrom.Add(2*storeTimeout + time.Second)
+	var slowest, slowestLate time.Duration
+	n503, late, overOne := 0, 0, 0
+	for _, c := range r.calls {
+		if c.code == http.StatusInternalServerError {
+			t.Errorf("%s at %v: HTTP 500", c.in.Op, c.start.Sub(r.t0).Round(time.Millisecond))
+		}
+		if c.start.Before(plan.qlFrom) || !c.end.Before(plan.qlTo) {
+			continue
+		}
+		lat := c.end.Sub(c.start)
+		if c.code == http.StatusServiceUnavailable {
+			n503++
+			slowest = max(slowest, lat)
+		}
+		if c.start.Before(grace) {
+			continue
+		}
+		late++
+		slowestLate = max(slowestLate, lat)
+		switch {
+		case c.code != http.StatusServiceUnavailable:
+			t.Errorf("%s sent %v into the quorum loss: HTTP %d (0: no answer within 5 s), want 503", c.in.Op, c.start.Sub(plan.qlFrom).Round(time.Millisecond), c.code)
+		case lat > storeTimeout+time.Second:
+			t.Errorf("%s sent %v into the quorum loss: 503 after %v, want within the store timeout (%v, and 1 s for the handshake)", c.in.Op, c.start.Sub(plan.qlFrom).Round(time.Millisecond), lat.Round(time.Millisecond), storeTimeout)
+		case lat > storeTimeout+500*time.Millisecond:
+			overOne++
+		}
+	}
+	if late == 0 && plan.quorumLoss > 2*storeTimeout+2*time.Second {
+		t.Errorf("no request was sent during the quorum loss")
+	}
+	t.Logf("quorum lost for %v: %d answers 503, the slowest after %v; %d requests sent after the first %v, the slowest answered after %v, %d after more than the store timeout",
+		plan.quorumLoss, n503, slowest.Round(time.Millisecond), late, grace.Sub(plan.qlFrom), slowestLate.Round(time.Millisecond), overOne)
+
+	for i := range procs.Size() {
+		st, err := procs.Status(i)
+		if err != nil {
+			t.Errorf("etcd member %d: %v", i, err)
+			continue
+		}
+		t.Logf("etcd member %d: database %.1f MiB (%.1f MiB in use), revision %d", i, float64(st.DBSize)/(1<<20), float64(st.DBSizeInUse)/(1<<20), st.Revision)
+		if *haAssertDB && st.DBSize > haMaxDBBytes {
+			t.Errorf("etcd member %d: database of %.1f MiB, more than %d MiB", i, float64(st.DBSize)/(1<<20), haMaxDBBytes>>20)
+		}
+	}
 }
 
 // TestLinearizabilityFileStore: the same workload and check on one
@@ -591,16 +858,16 @@ func TestLinearizabilityFileStore(t *testing.T) {
 	seed := linSeed(t)
 	nodes := []*haNode{{c: startCoordinator(t, "")}}
 	nodes[0].setUp(true)
-	faults := &linFaults{minUp: 0}
-	runLinearizability(t, "file store, 1 instance", nodes, seed, max(5*time.Second, *haDuration/4), faults)
-	logRestart(t, faults)
+	plan := &linPlan{minUp: 0, chaos: max(5*time.Second, *haDuration/4), quiet: time.Second}
+	runLinearizability(t, "file store, 1 instance", nodes, seed, plan)
+	logRestart(t, plan)
 }
 
-func logRestart(t *testing.T, f *linFaults) {
-	if len(f.restart) == 0 {
+func logRestart(t *testing.T, p *linPlan) {
+	if len(p.restart) == 0 {
 		return
 	}
-	s := slices.Clone(f.restart)
+	s := slices.Clone(p.restart)
 	slices.Sort(s)
 	t.Logf("a SIGKILLed instance serves again after: median %v, max %v (%d restarts)", s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), len(s))
 }

@@ -391,6 +391,60 @@ func TestCurlWalkthrough(t *testing.T) {
 	}
 }
 
+// TestHAWalkthrough runs the README's high-availability walkthrough: it
+// builds the binaries into its scratch directory, starts a three-member
+// etcd (Debian's etcd-server) and three Coordinators, sets the example
+// manifest through one instance and reads its status through another,
+// SIGKILLs an instance, freezes an etcd member that does not lead and
+// writes meanwhile, and stops everything.
+func TestHAWalkthrough(t *testing.T) {
+	for _, tool := range []string{"etcd", "etcdctl", "openssl", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is not installed (.ci/run installs it)", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	blocks := fencedBlocks(between(t, readme(t), "<!-- ha-walkthrough:start -->", "<!-- ha-walkthrough:end -->"), "sh")
+	if len(blocks) < 3 {
+		t.Fatalf("found %d sh blocks in the HA walkthrough", len(blocks))
+	}
+	text := strings.Join(blocks, "\n")
+	for _, bad := range []string{"sudo", "/tmp/"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("the HA walkthrough uses %q", bad)
+		}
+	}
+	want := expectedOutput(blocks)
+	if len(want) < 4 {
+		t.Fatalf("the HA walkthrough shows %d outputs, want status, upload, read and the upload while a member is frozen: %q", len(want), want)
+	}
+	w := runWalkthrough(t, blocks)
+	checkInOrder(t, w.stdout, want)
+
+	// Bob read, through another instance, what Alice uploaded through a third.
+	uploaded := readFile(t, filepath.Join(w.scratch, "apikey.txt"))
+	if got := readFile(t, filepath.Join(w.scratch, "out", "apikey")); !bytes.Equal(got, uploaded) {
+		t.Errorf("out/apikey = %q, want the uploaded %q", got, uploaded)
+	}
+	// Three instances ran on etcd, and the two left stopped gracefully.
+	stopped := 0
+	for i := range 3 {
+		log := string(readFile(t, filepath.Join(w.scratch, fmt.Sprintf("coordinator-%d.log", i))))
+		if !strings.Contains(log, "client API listening") {
+			t.Errorf("coordinator-%d.log: the instance never listened:\n%s", i, log)
+		}
+		stopped += strings.Count(log, `"msg":"stopped"`)
+		if _, err := os.Stat(filepath.Join(w.scratch, fmt.Sprintf("etcd-m%d", i), "member")); err != nil {
+			t.Errorf("etcd member %d kept no data in the scratch directory: %v", i, err)
+		}
+	}
+	if stopped != 2 {
+		t.Errorf("%d instances logged a graceful stop, want 2 (the third was SIGKILLed)", stopped)
+	}
+}
+
 // TestSDKExampleInREADME checks that the Go program the README shows is
 // examples/sdk/main.go, which the build and the walkthrough compile and run.
 func TestSDKExampleInREADME(t *testing.T) {

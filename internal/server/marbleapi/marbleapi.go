@@ -310,6 +310,10 @@ func codeOf(err error) codes.Code {
 		return codes.Aborted
 	case errors.Is(err, core.ErrNotFound):
 		return codes.NotFound
+	case errors.Is(err, core.ErrTooLarge):
+		// The change would take the state beyond a limit (e.g. too many
+		// monotonic counters); the message names it.
+		return codes.ResourceExhausted
 	case errors.Is(err, core.ErrUnavailable):
 		// The shared store cannot be reached (the outcome may be unknown), and
 		// the Marble may activate again (here or on another instance).

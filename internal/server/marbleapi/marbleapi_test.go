@@ -407,6 +407,7 @@ func TestEveryCoreClassHasACode(t *testing.T) {
 		core.ErrNotFound:        codes.NotFound,
 		core.ErrConflict:        codes.Aborted,
 		core.ErrUnavailable:     codes.Unavailable,
+		core.ErrTooLarge:        codes.ResourceExhausted,
 	}
 	for _, class := range core.ErrorClasses() {
 		code, ok := want[class]

@@ -102,6 +102,10 @@ func statusOf(err error) (int, class) {
 		return http.StatusBadRequest, classClient
 	case errors.As(err, &de):
 		return http.StatusForbidden, classClient
+	case errors.Is(err, core.ErrTooLarge):
+		// The change would take the state beyond a limit the message
+		// names (docs/ha.md, "Limits").
+		return http.StatusRequestEntityTooLarge, classClient
 	case errors.Is(err, manifest.ErrInvalid), errors.Is(err, core.ErrInvalidRequest):
 		return http.StatusBadRequest, classClient
 	case errors.Is(err, core.ErrUnauthenticated):

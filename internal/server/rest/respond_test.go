@@ -177,6 +177,7 @@ func TestEveryCoreClassIsMapped(t *testing.T) {
 		core.ErrNotFound:        http.StatusNotFound,
 		core.ErrConflict:        http.StatusConflict,
 		core.ErrUnavailable:     http.StatusServiceUnavailable,
+		core.ErrTooLarge:        http.StatusRequestEntityTooLarge,
 	}
 	for _, class := range core.ErrorClasses() {
 		status, ok := want[class]

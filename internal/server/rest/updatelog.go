@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	v2 "github.com/quarry-cc/quarry/api/v2"
+	"github.com/quarry-cc/quarry/internal/core"
 )
 
 // getUpdateLogPage is GET /api/v2/update-log?after=N&limit=M.
@@ -14,9 +15,14 @@ func (s *server) getUpdateLogPage(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	limit, err := queryUint(q.Get(v2.QueryLimit), v2.QueryLimit)
-	if err != nil {
-		return nil, err
+	// Without limit, the default page; limit=0 and limits above the
+	// maximum are refused by the use case, naming the bounds
+	// (docs/update-log.md).
+	limit := uint64(core.DefaultLogPage)
+	if q.Has(v2.QueryLimit) {
+		if limit, err = queryUint(q.Get(v2.QueryLimit), v2.QueryLimit); err != nil {
+			return nil, err
+		}
 	}
 	page, err := s.c.UpdateLogPage(r.Context(), after, limit)
 	if err != nil {
@@ -36,7 +42,8 @@ func (s *server) getUpdateLogPage(r *http.Request) (any, error) {
 	return out, nil
 }
 
-// queryUint parses an optional non-negative decimal query parameter.
+// queryUint parses an optional non-negative decimal query parameter ("":
+// 0).
 func queryUint(v, name string) (uint64, error) {
 	if v == "" {
 		return 0, nil

@@ -12,12 +12,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/quarry-cc/quarry/internal/store"
 )
@@ -64,6 +68,9 @@ type Client struct {
 	prefix    string
 	stopLease context.CancelFunc // set by Join
 	lease     clientv3.LeaseID
+
+	compactMu sync.Mutex
+	compact   *compactor // nil: compaction is off (compact.go)
 }
 
 // Connect opens a client and checks that etcd answers, retrying with
@@ -94,10 +101,22 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		Logger:             zap.NewNop(),
 		MaxCallSendMsgSize: MaxBlobBytes + 1<<20,
 		MaxCallRecvMsgSize: 2*MaxBlobBytes + 1<<20,
-		// Keepalives notice a dead member, so that the client moves to
-		// another endpoint.
+		// Keepalives end a connection to a member that stopped
+		// answering (10 s is grpc-go's lowest interval); the selector
+		// and the per-attempt deadlines in balance.go act sooner.
 		DialKeepAliveTime:    10 * time.Second,
-		DialKeepAliveTimeout: 5 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		DialOptions: []grpc.DialOption{
+			grpc.WithChainUnaryInterceptor(unaryInterceptor),
+			grpc.WithChainStreamInterceptor(streamInterceptor),
+			// A member that is back is tried again within a second;
+			// a connection that gets no answer (a frozen member
+			// accepts it) is given up after the dial timeout.
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+				MinConnectTimeout: opts.DialTimeout,
+			}),
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
@@ -105,10 +124,14 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	c := &Client{cli: cli, prefix: opts.Prefix}
 	wait := opts.Backoff
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+		actx, cancel := context.WithTimeout(context.WithValue(ctx, failFastKey, true), opts.DialTimeout)
 		_, err = cli.Get(actx, c.prefix, clientv3.WithCountOnly())
 		cancel()
 		if err == nil {
+			if len(opts.Endpoints) > 1 {
+				sel := &selector{cli: cli, endpoints: slices.Clone(opts.Endpoints), conns: make([]*grpc.ClientConn, len(opts.Endpoints)), current: opts.Endpoints}
+				go sel.run()
+			}
 			return c, nil
 		}
 		if ctx.Err() == nil {

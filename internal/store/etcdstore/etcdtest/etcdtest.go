@@ -25,10 +25,12 @@ const MaxRequestBytes = 20 << 20
 
 // Cluster is a running embedded etcd cluster.
 type Cluster struct {
-	t       testing.TB
-	tls     *TLSFiles // nil: plain HTTP
-	mu      sync.Mutex
-	members []*member
+	t   testing.TB
+	tls *TLSFiles // nil: plain HTTP
+	// defaults keeps etcd's own request limit (StartDefaults).
+	defaults bool
+	mu       sync.Mutex
+	members  []*member
 }
 
 type member struct {
@@ -43,7 +45,15 @@ type member struct {
 // Start starts an n-member cluster and stops it when the test ends.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
-	return start(t, n, false)
+	return start(t, n, false, false)
+}
+
+// StartDefaults is Start with etcd's own default limits, as an operator's
+// etcd has them unless told otherwise: --max-request-bytes 1.5 MiB (Start
+// raises it to MaxRequestBytes) and --max-txn-ops 128.
+func StartDefaults(t testing.TB, n int) *Cluster {
+	t.Helper()
+	return start(t, n, false, true)
 }
 
 // StartTLS starts an n-member cluster whose client URLs (https://) serve
@@ -52,12 +62,12 @@ func Start(t testing.TB, n int) *Cluster {
 // the members talk to each other over plain HTTP. TLS returns the files.
 func StartTLS(t testing.TB, n int) *Cluster {
 	t.Helper()
-	return start(t, n, true)
+	return start(t, n, true, false)
 }
 
-func start(t testing.TB, n int, withTLS bool) *Cluster {
+func start(t testing.TB, n int, withTLS, defaults bool) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t}
+	c := &Cluster{t: t, defaults: defaults}
 	dir := t.TempDir()
 	scheme := "http"
 	if withTLS {
@@ -130,7 +140,9 @@ func (c *Cluster) start(i int) error {
 	if m.startedOnce {
 		cfg.ClusterState = embed.ClusterStateFlagExisting
 	}
-	cfg.MaxRequestBytes = MaxRequestBytes
+	if !c.defaults {
+		cfg.MaxRequestBytes = MaxRequestBytes
+	}
 	cfg.TickMs = 50
 	cfg.ElectionMs = 500
 	e, err := embed.StartEtcd(cfg)

@@ -1,0 +1,269 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/store"
+)
+
+// chunkStore is the capability of a shared store to keep a state as a
+// head and chunks (statechunks.go; etcdstore.Store): chunks are written
+// with the head that references them, or before it, and deleted only in
+// the transaction of a head that no longer references them, so that
+// every stored head finds its chunks (older heads at their own revision,
+// from the store's history).
+type chunkStore interface {
+	// PutChunks stores chunks if the head's revision is still prev.
+	PutChunks(ctx context.Context, prev store.Revision, chunks map[string][]byte) error
+	// SaveHead is SavePair that also stores puts and deletes deletes.
+	SaveHead(ctx context.Context, blob []byte, prev store.Revision, other store.Store, otherBlob []byte, otherPrev store.Revision, puts map[string][]byte, deletes []string) (store.Revision, error)
+	// LoadChunks returns the chunks named as stored at revision at (or
+	// now, when that history is gone); missing names are absent.
+	LoadChunks(ctx context.Context, at store.Revision, names []string) (map[string][]byte, error)
+	// ListChunks returns the names of the stored chunks with prefix.
+	ListChunks(ctx context.Context, prefix string) ([]string, error)
+	// Copies counts the head's copies moved or copied aside (recovery).
+	Copies(ctx context.Context) (int, error)
+	// TxnLimits are the most bytes and operations of one transaction.
+	TxnLimits() (bytes, ops int)
+}
+
+// committedNotifier is told the revision of each head this instance
+// stored (etcdstore compacts the history behind it).
+type committedNotifier interface {
+	Committed(rev store.Revision)
+}
+
+// sweepInterval is how often a committing instance looks for chunks that
+// no head references (left by a commit that stopped half-way).
+const sweepInterval = 10 * time.Minute
+
+// chunked is the vault's part for a state kept in chunks.
+type chunked struct {
+	// ckeys are the chunk keys of ckeysDEK.
+	ckeys    *chunkKeys
+	ckeysDEK []byte
+	// cache holds the chunks of the state last opened or stored.
+	cache *stateLayout
+	// orphans are chunks that no stored head references, deleted with
+	// the next commits (never one the committed head references).
+	orphans []string
+	swept   time.Time
+}
+
+func (v *vault) chunkStore() chunkStore {
+	if v.shared() == nil {
+		return nil
+	}
+	cs, _ := v.data.(chunkStore)
+	return cs
+}
+
+// keysFor returns the chunk keys of dek.
+func (v *vault) keysFor(dek []byte) *chunkKeys {
+	if v.ckeys == nil || !bytes.Equal(v.ckeysDEK, dek) {
+		v.ckeys, v.ckeysDEK = deriveChunkKeys(dek), bytes.Clone(dek)
+	}
+	return v.ckeys
+}
+
+// fetcher reads chunks of the head at revision at: from the cache when
+// the state last opened or stored has them, else from the store.
+func (v *vault) fetcher(ctx context.Context, cs chunkStore, k *chunkKeys, at store.Revision) chunkFetcher {
+	return func(depth int, names []string) (map[string][]byte, error) {
+		out := make(map[string][]byte, len(names))
+		var missing []string
+		for _, n := range names {
+			if _, ok := out[n]; ok {
+				continue
+			}
+			if c := v.cache; c != nil && c.keys.id == k.id {
+				if p, ok := c.chunks[n]; ok {
+					out[n] = p
+					continue
+				}
+			}
+			out[n] = nil
+			missing = append(missing, n)
+		}
+		if len(missing) == 0 {
+			return out, nil
+		}
+		blobs, err := cs.LoadChunks(ctx, at, missing)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errSharedRead, err)
+		}
+		for _, n := range missing {
+			b, ok := blobs[n]
+			if !ok {
+				return nil, fmt.Errorf("%w: chunk %s is not stored", errChunks, n)
+			}
+			if out[n], err = k.openChunk(depth, n, b); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+}
+
+// openState decrypts blob, the stored sealed state, with dek; a head
+// (etcd) is joined with its chunks, read at the head's revision. An error
+// wraps errSharedRead when the store cannot be read, errChunks when a
+// chunk is missing or damaged.
+func (c *Core) openState(ctx context.Context, dek, blob []byte) (hdr, plaintext []byte, layout *stateLayout, err error) {
+	hdr, plaintext, err = seal.Open(dek, blob)
+	if err != nil || !isChunkedHead(plaintext) {
+		return hdr, plaintext, nil, err
+	}
+	v := &c.vault
+	cs := v.chunkStore()
+	if cs == nil {
+		return nil, nil, nil, fmt.Errorf("%w: the state is kept in chunks, but this store keeps none", errChunks)
+	}
+	k := v.keysFor(dek)
+	plaintext, layout, err = joinState(k, plaintext, v.fetcher(ctx, cs, k, v.dataRev))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return hdr, plaintext, layout, nil
+}
+
+// splitForStore returns what a commit of plaintext under dek stores as
+// the sealed state: on a store that keeps chunks the head's plaintext and
+// its chunks, else plaintext itself.
+func (c *Core) splitForStore(dek, plaintext []byte) ([]byte, *stateLayout, error) {
+	if c.vault.chunkStore() == nil {
+		return plaintext, nil, nil
+	}
+	return splitState(c.vault.keysFor(dek), plaintext)
+}
+
+// saveShared stores blob (a head, when l is set) and keyFile in one
+// compare-and-swap, with the chunks of l the stored head does not have:
+// in the same transaction when they fit in one, else written first
+// (guarded by the head's revision). The chunks the stored head referenced
+// and the new one does not, and orphans found by a sweep, are deleted in
+// the same transaction (as many as fit; the rest with the next commits).
+func (v *vault) saveShared(ctx context.Context, s sharedStore, blob, keyFile []byte, l *stateLayout, rand io.Reader) (store.Revision, error) {
+	cs := v.chunkStore()
+	if cs == nil || l == nil {
+		wctx, cancel := context.WithTimeout(ctx, v.storeTimeout)
+		defer cancel()
+		return s.SavePair(wctx, blob, v.dataRev, v.key, keyFile, v.keyRev)
+	}
+	maxBytes, maxOps := cs.TxnLimits()
+	fixed := len(blob) + len(keyFile)
+	if fixed > maxBytes {
+		return "", classify(ErrTooLarge, fmt.Errorf("the state's head and key file take %d bytes, more than the %d bytes one etcd request may carry here", fixed, maxBytes))
+	}
+	var base *stateLayout
+	if v.disk != nil && v.disk.layout != nil && v.disk.layout.keys.id == l.keys.id {
+		base = v.disk.layout
+	}
+	puts := map[string][]byte{}
+	size := 0
+	for name, plain := range l.chunks {
+		if base != nil {
+			if _, ok := base.chunks[name]; ok {
+				continue
+			}
+		}
+		b, err := l.keys.sealChunk(rand, name, plain)
+		if err != nil {
+			return "", fmt.Errorf("sealing a chunk of the state: %w", err)
+		}
+		puts[name], size = b, size+len(b)
+	}
+	v.sweep(ctx, cs, l)
+	var deletes []string
+	seen := map[string]bool{}
+	drop := func(n string) {
+		if _, live := l.chunks[n]; !live && !seen[n] {
+			seen[n] = true
+			deletes = append(deletes, n)
+		}
+	}
+	if d := v.disk; d != nil && d.layout != nil {
+		for n := range d.layout.chunks {
+			drop(n)
+		}
+	}
+	for _, n := range v.orphans {
+		drop(n)
+	}
+	if len(puts)+2 > maxOps || size+fixed > maxBytes {
+		// Too much for one transaction (a new state, a new data key, a
+		// large change): the chunks first, then the head.
+		batches := 1 + size/maxBytes + len(puts)/maxOps
+		pctx, cancel := context.WithTimeout(ctx, time.Duration(batches)*v.storeTimeout)
+		err := cs.PutChunks(pctx, v.dataRev, puts)
+		cancel()
+		if err != nil {
+			// Whatever was written is referenced by no head.
+			for n := range puts {
+				v.orphans = append(v.orphans, n)
+			}
+			return "", err
+		}
+		puts = nil
+	}
+	n := min(max(maxOps-2-len(puts), 0), len(deletes))
+	wctx, cancel := context.WithTimeout(ctx, v.storeTimeout)
+	defer cancel()
+	rev, err := cs.SaveHead(wctx, blob, v.dataRev, v.key, keyFile, v.keyRev, puts, deletes[:n])
+	if err == nil {
+		v.orphans = deletes[n:]
+	}
+	return rev, err
+}
+
+// sweep looks, at most every sweepInterval, for stored chunks that the
+// head being committed (l) does not reference: of its data key, and of
+// other data keys unless a head was copied aside (recovery keeps those
+// copies, and their chunks, for the operator). They become orphans,
+// deleted with this and the next commits. A failed look is tried at the
+// next interval.
+func (v *vault) sweep(ctx context.Context, cs chunkStore, l *stateLayout) {
+	if !v.swept.IsZero() && time.Since(v.swept) < sweepInterval {
+		return
+	}
+	v.swept = time.Now()
+	sctx, cancel := context.WithTimeout(ctx, v.storeTimeout)
+	defer cancel()
+	names, err := cs.ListChunks(sctx, "")
+	if err != nil {
+		return
+	}
+	copies, err := cs.Copies(sctx)
+	if err != nil {
+		return
+	}
+	known := map[string]bool{}
+	for _, n := range v.orphans {
+		known[n] = true
+	}
+	for _, n := range names {
+		_, live := l.chunks[n]
+		ours := strings.HasPrefix(n, l.keys.id+".")
+		if !live && !known[n] && (ours || copies == 0) {
+			v.orphans = append(v.orphans, n)
+		}
+	}
+}
+
+// committedChunks records that the head with layout l (nil: a single
+// blob) is the stored state, at revision rev when known.
+func (v *vault) committedChunks(l *stateLayout, rev store.Revision) {
+	if l != nil {
+		v.cache = l
+	}
+	if n, ok := v.data.(committedNotifier); ok && rev != "" && l != nil {
+		n.Committed(rev)
+	}
+}
