@@ -246,7 +246,13 @@ func (a *app) saveCertCache(ctx context.Context, s *session, always bool) error 
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return fmt.Errorf("writing %s: %w", p, err)
 	}
-	return writeFile(p, append(certPEM(inter), certPEM(root)...), 0o600)
+	if err := writeFile(p, append(certPEM(inter), certPEM(root)...), 0o600); err != nil {
+		return err
+	}
+	if a.insecure {
+		a.warn("the Coordinator's chain cached in " + p + " comes from a Coordinator that was not verified (--insecure); later commands trust it")
+	}
+	return nil
 }
 
 // saveCoordinatorQuote writes the Coordinator's quote to --save-sgx-quote:

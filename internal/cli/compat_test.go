@@ -215,9 +215,14 @@ func TestProgress(t *testing.T) {
 // meaning); an address given there is named in the error.
 func TestCertFlagNamesAnAddress(t *testing.T) {
 	t.Chdir(t.TempDir())
-	code, _, errOut := run(t, nil, "secret", "get", "x", "-c", "127.0.0.1:4433", "-k", "k.pem", "--coordinator", "127.0.0.1:4433", "-i")
-	if code != ExitUsage || !strings.Contains(errOut, "-c is --cert") || !strings.Contains(errOut, "--coordinator or as the last argument") {
-		t.Fatalf("exit %d: %q", code, errOut)
+	for _, args := range [][]string{
+		{"secret", "get", "x", "-c", "127.0.0.1:4433", "-k", "k.pem", "--coordinator", "127.0.0.1:4433", "-i"},
+		{"status", "--insecure", "-c", "127.0.0.1:4433"}, // quarry's former -c, without --key
+	} {
+		code, _, errOut := run(t, nil, args...)
+		if code != ExitUsage || !strings.Contains(errOut, "-c is --cert") || !strings.Contains(errOut, `"127.0.0.1:4433" the Coordinator's address`) {
+			t.Errorf("%q: exit %d: %q", args, code, errOut)
+		}
 	}
 }
 

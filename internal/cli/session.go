@@ -48,6 +48,9 @@ const (
 // an explicit --coordinator-cert. Without any, the Coordinator's quote is
 // requested and, with no verifier, refused (exit 3 with a hint).
 func (a *app) connect(ctx context.Context, n needs) (*session, error) {
+	if a.certFile != "" && !fileExists(a.certFile) && looksLikeAddress(a.certFile) {
+		return nil, usagef("-c is --cert, the user's certificate file, as in marblerun; is %q the Coordinator's address? Give it with --coordinator or as the last argument", a.certFile)
+	}
 	if strings.TrimSpace(a.coordinator) == "" {
 		return nil, usagef("no Coordinator address: pass --coordinator host:port (or several, comma-separated), set %s, or give it as the last argument", EnvCoordinator)
 	}
@@ -78,10 +81,6 @@ func (a *app) connect(ctx context.Context, n needs) (*session, error) {
 	if a.certFile != "" {
 		cert, err := tls.LoadX509KeyPair(a.certFile, a.keyFile)
 		if err != nil {
-			if looksLikeAddress(a.certFile) {
-				return nil, usagef("loading the client certificate: %w (-c is --cert, the user's certificate file, as in marblerun; "+
-					"is %q the Coordinator's address? Give it with --coordinator or as the last argument)", err, a.certFile)
-			}
 			return nil, usagef("loading the client certificate: %w", err)
 		}
 		opts = append(opts, client.WithClientCertificate(cert))
