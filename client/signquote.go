@@ -23,30 +23,53 @@ import (
 // is then fixed by the declared sizes in its first bytes (header, body and
 // signature data length). Two strictly parsed quotes of which one is a
 // prefix of the other would declare the same sizes in the same bytes, so
-// they are equal. The one slack is the zero padding the TDX parser tolerates
-// after a quote's declared end (real TDX quotes carry it, and the
-// Coordinator signs the quote as submitted): padding zeros encode as "A"s,
-// so moving the split through them needs a TCB status beginning with "AA";
-// the status must therefore be one of Intel's names, none of which does.
+// they are equal. Bytes after the declared end are refused (the Coordinator
+// verifies and signs only the declared quote, so a signature never covers
+// them), except the zero padding real TDX quotes carry: the signature is
+// then checked over the declared quote (what the Coordinator signs) or over
+// the padded one (what Coordinators that signed quotes as submitted
+// signed). Both are strictly parsed quotes; padding zeros encode as "A"s, so
+// moving the split through them would need a TCB status beginning with
+// "AA": the status must therefore be one of Intel's names, none of which
+// does.
 
 // checkSignedQuote checks that quote is one well-formed quote and tcbStatus
-// one of Intel's TCB status names (see above); errors wrap ErrVerification.
-func checkSignedQuote(quote []byte, tcbStatus string) error {
+// one of Intel's TCB status names (see above), and returns the declared
+// quote (quote itself unless it is a zero-padded TDX quote); errors wrap
+// ErrVerification.
+func checkSignedQuote(quote []byte, tcbStatus string) (declared []byte, err error) {
 	if !knownStatus(tcbStatus) {
-		return fmt.Errorf("%w: the TCB status %q is not one of Intel's status names", ErrVerification, tcbStatus)
+		return nil, fmt.Errorf("%w: the TCB status %q is not one of Intel's status names", ErrVerification, tcbStatus)
 	}
-	var err error
+	declared = quote
 	if tdxquote.IsTDX(quote) {
-		_, err = tdxquote.Parse(quote)
+		var q *tdxquote.Quote
+		if q, err = tdxquote.Parse(quote); err == nil {
+			declared = q.Raw()
+		}
 	} else {
 		_, err = sgxquote.ParseAny(quote)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %w: the signed quote is not exactly one well-formed SGX or TDX quote "+
-			"(bytes after its declared end, or sizes that do not match, as in a quote spliced with part of a TCB status): %w",
+		return nil, fmt.Errorf("%w: %w: the signed quote is not exactly one well-formed SGX or TDX quote "+
+			"(bytes after its declared end, or sizes that do not match, as in a quote spliced with part of a TCB status; "+
+			"the Coordinator signs only the declared quote: verify that, see DeclaredQuote): %w",
 			ErrVerification, ErrQuoteInvalid, err)
 	}
-	return nil
+	return declared, nil
+}
+
+// DeclaredQuote returns the quote that b holds as its own size fields
+// declare it, without the bytes after it: what the Coordinator verifies and
+// signs for sign-quote (and what Intel's verification library verifies). b
+// is a raw SGX or TDX quote or an Open Enclave report; the result may alias
+// b. Errors wrap ErrQuoteInvalid.
+func DeclaredQuote(b []byte) ([]byte, error) {
+	d, err := sgxquote.Declared(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrQuoteInvalid, err)
+	}
+	return d, nil
 }
 
 // knownStatus reports whether s is exactly one of Intel's TCB status names

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/quarry-cc/quarry/client"
@@ -156,4 +157,52 @@ func TestVerifyQuoteSignatureStrict(t *testing.T) {
 	if err := client.VerifyQuoteSignature(newPKI(t).root, raw, "UpToDate", signQuote(t, p, raw, "UpToDate")); !errors.Is(err, client.ErrVerification) {
 		t.Fatalf("another root: %v", err)
 	}
+}
+
+// TestVerifyQuoteSignatureDeclared: the Coordinator signs only the declared
+// quote. A zero-padded TDX quote verifies with a signature over the quote
+// without its padding (and, from Coordinators that signed as submitted,
+// over the padded one); a quote with other bytes after its end is refused
+// whichever of the two the signature covers, and verifies as DeclaredQuote
+// cuts it.
+func TestVerifyQuoteSignatureDeclared(t *testing.T) {
+	p := newPKI(t)
+	s := newSGXSetup(t, "UpToDate")
+	tdx := s.pl.TDXQuote(t, dcaptest.TDXQuoteOptions{})
+	padded := append(bytes.Clone(tdx), make([]byte, 70)...)
+	const status = "SWHardeningNeeded"
+	if err := client.VerifyQuoteSignature(p.root, padded, status, signQuote(t, p, tdx, status)); err != nil {
+		t.Fatalf("padded TDX quote, signature over the declared quote: %v", err)
+	}
+	if err := client.VerifyQuoteSignature(p.root, padded, status, signQuote(t, p, padded, status)); err != nil {
+		t.Fatalf("padded TDX quote, signature over it as submitted: %v", err)
+	}
+	if err := client.VerifyQuoteSignature(p.root, padded, "UpToDate", signQuote(t, p, tdx, status)); !errors.Is(err, client.ErrVerification) {
+		t.Fatalf("another status: %v", err)
+	}
+
+	raw := s.pl.Quote(t, dcaptest.QuoteOptions{})
+	for name, trailing := range map[string][]byte{
+		"SGX with bytes appended":      append(bytes.Clone(raw), "trailing"...),
+		"OE-wrapped with a byte after": append(sgxquote.Wrap(raw), 0),
+		"TDX with a non-zero byte":     append(bytes.Clone(padded), 1),
+	} {
+		declared, err := client.DeclaredQuote(trailing)
+		if err != nil {
+			t.Fatalf("%s: DeclaredQuote: %v", name, err)
+		}
+		for what, signed := range map[string][]byte{"the declared quote": declared, "the quote as submitted": trailing} {
+			err := client.VerifyQuoteSignature(p.root, trailing, status, signQuote(t, p, signed, status))
+			if !errors.Is(err, client.ErrQuoteInvalid) || !strings.Contains(err.Error(), "DeclaredQuote") {
+				t.Errorf("%s, signature over %s: %v, want ErrQuoteInvalid naming DeclaredQuote", name, what, err)
+			}
+		}
+		if err := client.VerifyQuoteSignature(p.root, declared, status, signQuote(t, p, declared, status)); err != nil {
+			t.Errorf("%s: the declared quote: %v", name, err)
+		}
+	}
+	if _, err := client.DeclaredQuote(raw[:100]); !errors.Is(err, client.ErrQuoteInvalid) {
+		t.Errorf("a truncated quote: %v", err)
+	}
+
 }

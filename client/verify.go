@@ -227,19 +227,30 @@ func VerifyManifest(root *x509.Certificate, m *v2.ManifestGetResponse) error {
 // has no separator, the quote must also be exactly one well-formed SGX
 // (raw or Open Enclave-wrapped) or TDX quote and tcbStatus one of Intel's
 // status names; otherwise a signature could be moved to a quote with bytes
-// appended and another status (README.md, "sign-quote"). Errors wrap
-// ErrVerification; a malformed quote also ErrQuoteInvalid.
+// appended and another status (README.md, "sign-quote"). The Coordinator
+// signs only the declared quote: a quote submitted with bytes after its end
+// is verified as DeclaredQuote returns it (zero padding after a TDX quote is
+// taken either way). Errors wrap ErrVerification; a malformed quote also
+// ErrQuoteInvalid.
 func VerifyQuoteSignature(root *x509.Certificate, quote []byte, tcbStatus string, signature []byte) error {
-	if err := checkSignedQuote(quote, tcbStatus); err != nil {
+	declared, err := checkSignedQuote(quote, tcbStatus)
+	if err != nil {
 		return err
 	}
 	pub, ok := root.PublicKey.(*ecdsa.PublicKey)
 	if !ok {
 		return fmt.Errorf("%w: the root certificate's key is a %T, not ECDSA", ErrVerification, root.PublicKey)
 	}
-	sum := sha256.Sum256([]byte(base64.StdEncoding.EncodeToString(quote) + tcbStatus))
-	if !ecdsa.VerifyASN1(pub, sum[:], signature) {
-		return fmt.Errorf("%w: the quote signature does not verify with the root certificate", ErrVerification)
+	// The declared quote (what the Coordinator signs), and a zero-padded
+	// TDX quote as given (what it signed before): see checkSignedQuote.
+	for _, q := range [][]byte{declared, quote} {
+		sum := sha256.Sum256([]byte(base64.StdEncoding.EncodeToString(q) + tcbStatus))
+		if ecdsa.VerifyASN1(pub, sum[:], signature) {
+			return nil
+		}
+		if len(q) == len(quote) {
+			break
+		}
 	}
-	return nil
+	return fmt.Errorf("%w: the quote signature does not verify with the root certificate", ErrVerification)
 }

@@ -33,8 +33,13 @@ const (
 // defaultTimeout bounds a whole command unless --timeout says otherwise.
 const defaultTimeout = 2 * time.Minute
 
-// EnvCoordinator is the environment variable that sets --coordinator.
-const EnvCoordinator = "QUARRY_COORDINATOR"
+// Environment variables that set flags.
+const (
+	EnvCoordinator    = "QUARRY_COORDINATOR"     // --coordinator
+	EnvCollateralFile = "QUARRY_COLLATERAL_FILE" // --collateral-file
+	EnvPCCSURL        = "QUARRY_PCCS_URL"        // --pccs-url
+	EnvSGXRootCA      = "QUARRY_SGX_ROOT_CA"     // --sgx-root-ca
+)
 
 const exitCodeHelp = `Exit codes:
   0  success
@@ -51,11 +56,14 @@ type Params struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
+	// StderrTerminal says that Stderr is a terminal: quarry then shows
+	// progress while it waits long for the Coordinator.
+	StderrTerminal bool
 }
 
 // Main runs quarry with the process environment and returns the exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return Run(ctx, Params{Args: args, Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv})
+	return Run(ctx, Params{Args: args, Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv, StderrTerminal: isTerminal(stderr)})
 }
 
 // Run runs quarry and returns the exit code.
@@ -66,7 +74,7 @@ func Run(ctx context.Context, p Params) int {
 	if p.Stdin == nil {
 		p.Stdin = strings.NewReader("")
 	}
-	app := &app{in: p.Stdin, out: p.Stdout, errw: p.Stderr, getenv: p.Getenv}
+	app := &app{in: p.Stdin, out: p.Stdout, errw: p.Stderr, getenv: p.Getenv, errTerminal: p.StderrTerminal}
 	root := app.rootCommand()
 	root.SetArgs(p.Args)
 	root.SetIn(p.Stdin)
@@ -87,14 +95,29 @@ type app struct {
 	out    io.Writer
 	errw   io.Writer
 	getenv func(string) string
+	// errTerminal: errw is a terminal (progress.go).
+	errTerminal bool
 
 	coordinator string
 	rootFile    string
 	insecure    bool
 	certFile    string
 	keyFile     string
-	output      string
+	output      string // --format: text or json
+	outputFlag  string // the root's --output: only a hint that --format replaced it
 	timeout     time.Duration
+
+	// MarbleRun's command line (compat.go).
+	coordinatorCert string // --coordinator-cert: the cached chain (intermediate, root)
+	nonce           string
+	saveQuote       string
+	namespace       string
+	pkcs11          map[string]*string
+	// mr is set when the Coordinator address came as the last argument:
+	// the command then prints and writes what marblerun does.
+	mr bool
+	// cmd is the command that runs.
+	cmd *cobra.Command
 
 	// Attestation of the Coordinator (when neither --root nor --insecure).
 	eraConfig          string
@@ -105,7 +128,7 @@ type app struct {
 	sgxRootCA          string
 }
 
-// jsonOutput reports whether --output json was given.
+// jsonOutput reports whether --format json was given.
 func (a *app) jsonOutput() bool { return a.output == "json" }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -125,9 +148,19 @@ change (set, apply, acknowledge, cancel, upload) whose connection broke
 after it was sent is never sent again: check the state before repeating it.
 All instances must present the same root certificate.
 
+MarbleRun's command line: the address may instead be the last argument, as
+marblerun takes it ('quarry manifest set manifest.json host:4433 -r rec.json').
+quarry then prints and writes what marblerun does (its messages, default files
+and the cached certificate of --coordinator-cert) and takes its defaults for
+trust; the README's flag table lists where quarry deliberately differs.
+
 Trust: every command that talks to the Coordinator needs one of
   --root FILE        a root certificate you trust (e.g. saved with 'quarry certificate root'
                      after verifying the Coordinator); the Coordinator must present exactly it;
+  --coordinator-cert FILE
+                     the same from marblerun's cached chain (intermediate, root); with the
+                     address as the last argument its default location is used
+                     (` + displayCertCache + `);
   --era-config FILE  verify the Coordinator's SGX or TDX quote (pure-Go DCAP verification)
                      against the expected properties in FILE (MarbleRun's era config: UniqueID,
                      or SignerID with ProductID and SecurityVersion; for a TDX guest MRTD,
@@ -136,8 +169,10 @@ Trust: every command that talks to the Coordinator needs one of
                      (InsecureAllowUnsetRTMR1RTMR2: true lifts RTMR1/RTMR2); Debug;
                      AcceptedTCBStatuses; AcceptedAdvisories), with
                      Intel's collateral from --collateral-file or
-                     --pccs-url; the quote must be bound to the root and a fresh nonce;
-  --insecure         verify nothing: only for a Coordinator in simulation mode (it has no quote)
+                     --pccs-url (default: the pccs_url of ` + qcnlConfPath + `);
+                     the quote must be bound to the root and a fresh nonce; with the address
+                     as the last argument ./era-config.json is used when it exists;
+  -i, --insecure     verify nothing: only for a Coordinator in simulation mode (it has no quote)
                      on a network you trust. Whoever answers at the address is trusted and gets
                      everything sent, a man in the middle included; quarry warns on every use,
                      and 'quarry recover' also needs --expose-recovery-secret.
@@ -153,19 +188,31 @@ keys are an error); those JSON bytes are what is uploaded and fingerprinted.
 		SilenceUsage:  true,
 	}
 	pf := root.PersistentFlags()
-	pf.StringVarP(&a.coordinator, "coordinator", "c", a.getenv(EnvCoordinator), "Coordinator Client API address, host:port, or several comma-separated for instances of one deployment (env "+EnvCoordinator+")")
+	pf.StringVar(&a.coordinator, "coordinator", a.getenv(EnvCoordinator), "Coordinator Client API address, host:port, or several comma-separated for instances of one deployment (env "+EnvCoordinator+"); or give it as the last argument, as marblerun does")
 	pf.StringVar(&a.rootFile, "root", "", "PEM file with the trusted Coordinator root certificate")
-	pf.BoolVar(&a.insecure, "insecure", false, "trust the Coordinator without any verification (simulation mode only): a man in the middle gets everything sent")
-	pf.StringVar(&a.certFile, "cert", "", "PEM file with a manifest user's client certificate")
-	pf.StringVar(&a.keyFile, "key", "", "PEM file with the private key of --cert")
-	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	pf.BoolVarP(&a.insecure, "insecure", "i", false, "trust the Coordinator without any verification (simulation mode only): a man in the middle gets everything sent")
+	pf.StringVarP(&a.certFile, "cert", "c", "", "PEM file with a manifest user's client certificate")
+	pf.StringVarP(&a.keyFile, "key", "k", "", "PEM file with the private key of --cert")
+	pf.StringVar(&a.output, "format", "text", "output format: text or json")
+	pf.StringVarP(&a.outputFlag, "output", "o", "", "the file to write, on the commands that write one (as in marblerun); for JSON output use --format json")
+	_ = pf.MarkHidden("output")
 	pf.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit for the whole command (0: none)")
 	pf.StringVar(&a.eraConfig, "era-config", "", "JSON file with the expected properties of the Coordinator's enclave or TDX guest (MarbleRun era config, plus the TD measurements); verifies its SGX or TDX quote")
 	pf.StringSliceVar(&a.acceptedTCB, "accepted-tcb-statuses", nil, "TCB statuses accepted besides UpToDate (default: the era config's, else SWHardeningNeeded)")
 	pf.StringSliceVar(&a.acceptedAdvisories, "accepted-advisories", nil, "Intel security advisories accepted with SWHardeningNeeded (default: the era config's, else all)")
-	pf.StringVar(&a.collateralFile, "collateral-file", "", "DCAP collateral for quote verification: a JSON file (dcap-qvl QuoteCollateralV3 shape) or a directory of PCS/PCCS responses")
-	pf.StringVar(&a.pccsURL, "pccs-url", "", "DCAP collateral for quote verification from a PCCS or Intel PCS, e.g. https://pccs.example:8081/sgx/certification/v4/")
-	pf.StringVar(&a.sgxRootCA, "sgx-root-ca", "", "PEM file with a root CA that replaces the pinned Intel SGX Root CA (tests and private PKIs only)")
+	pf.StringVar(&a.collateralFile, "collateral-file", a.getenv(EnvCollateralFile), "DCAP collateral for quote verification: a JSON file (dcap-qvl QuoteCollateralV3 shape) or a directory of PCS/PCCS responses (env "+EnvCollateralFile+")")
+	pf.StringVar(&a.pccsURL, "pccs-url", a.getenv(EnvPCCSURL), "DCAP collateral for quote verification from a PCCS or Intel PCS, e.g. https://pccs.example:8081/sgx/certification/v4/ (env "+EnvPCCSURL+"; default: the pccs_url of "+qcnlConfPath+")")
+	pf.StringVar(&a.sgxRootCA, "sgx-root-ca", a.getenv(EnvSGXRootCA), "PEM file with a root CA that replaces the pinned Intel SGX Root CA (tests and private PKIs only; env "+EnvSGXRootCA+")")
+	pf.StringVar(&a.coordinatorCert, "coordinator-cert", "", "PEM file with the Coordinator's chain (intermediate, root) to trust, as marblerun caches it (with the address as the last argument the default is "+displayCertCache+", which 'manifest set' and 'manifest verify' write)")
+	pf.StringVar(&a.nonce, "nonce", "", "nonce for the Coordinator's quote, which then covers SHA-256(root ‖ nonce) (default: 32 random bytes)")
+	pf.StringVar(&a.saveQuote, "save-sgx-quote", "", "write the Coordinator's quote to this file")
+	pf.StringVarP(&a.namespace, "namespace", "n", "", "Kubernetes namespace (marblerun's; quarry ignores it)")
+	_ = pf.MarkHidden("namespace")
+	a.pkcs11 = map[string]*string{}
+	for _, name := range pkcs11Flags {
+		a.pkcs11[name] = pf.String(name, "", "not supported: quarry loads keys from PEM files only")
+		_ = pf.MarkHidden(name)
+	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageError{err}
 	})
@@ -176,6 +223,8 @@ keys are an error); those JSON bytes are what is uploaded and fingerprinted.
 		a.certificateCommand(),
 		a.secretCommand(),
 		a.recoverCommand(),
+		a.recoverWithSignatureCommand(),
+		a.packageInfoCommand(),
 		a.versionCommand(),
 	)
 	a.markRunErrors(root)
@@ -210,8 +259,12 @@ func (a *app) markRunErrors(c *cobra.Command) {
 	}
 	run := c.RunE
 	c.RunE = func(cmd *cobra.Command, args []string) error {
+		a.cmd = cmd
 		if a.output != "text" && a.output != "json" {
-			return usageError{fmt.Errorf("invalid --output %q: use text or json", a.output)}
+			return usageError{fmt.Errorf("invalid --format %q: use text or json", a.output)}
+		}
+		if err := a.checkCompatFlags(cmd); err != nil {
+			return err
 		}
 		ctx := cmd.Context()
 		if ctx == nil {
@@ -274,7 +327,7 @@ func exitCode(err error) int {
 	return ExitFailure
 }
 
-// errorJSON is the --output json form of an error, on stderr.
+// errorJSON is the --format json form of an error, on stderr.
 type errorJSON struct {
 	Error      string          `json:"error"`
 	ExitCode   int             `json:"exitCode"`

@@ -423,7 +423,7 @@ func TestUpdateCommandsAgainstFake(t *testing.T) {
 	if code != ExitNotFound || errOut != "quarry: cancelling the update: no pending update (HTTP 404 Not Found; POST /api/v2/update-cancel)\n" {
 		t.Fatalf("cancel: %d %q", code, errOut)
 	}
-	code, out, _ = run(t, env, append([]string{"manifest", "update", "cancel", "-o", "json"}, user...)...)
+	code, out, _ = run(t, env, append([]string{"manifest", "update", "cancel", "--format", "json"}, user...)...)
 	if code != ExitNotFound || out != "" {
 		t.Fatalf("cancel json: %d %q", code, out)
 	}
@@ -432,7 +432,7 @@ func TestUpdateCommandsAgainstFake(t *testing.T) {
 	f.mux.HandleFunc("GET /api/v2/update", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, 200, "success", v2.UpdateLogResponse{UpdateLog: []string{`{"update":"Initial manifest set"}`, "not json"}}, "")
 	})
-	code, out, _ = run(t, env, "manifest", "log", "--root", "root.pem", "-o", "json")
+	code, out, _ = run(t, env, "manifest", "log", "--root", "root.pem", "--format", "json")
 	var logOut struct {
 		UpdateLog []any `json:"updateLog"`
 	}
@@ -459,7 +459,7 @@ func TestGlobalFlags(t *testing.T) {
 	if code != 0 || out != "2: Coordinator is ready to accept a manifest.\n" {
 		t.Fatalf("status: %d %q %q", code, out, errOut)
 	}
-	code, out, _ = run(t, nil, "status", "--root", "root.pem", "--coordinator", f.addr(), "-o", "json")
+	code, out, _ = run(t, nil, "status", "--root", "root.pem", "--coordinator", f.addr(), "--format", "json")
 	if code != 0 || !strings.Contains(out, `"code": 2`) {
 		t.Fatalf("status json: %d %q", code, out)
 	}
@@ -471,7 +471,7 @@ func TestGlobalFlags(t *testing.T) {
 		t.Fatal("--root fetched the quote")
 	}
 	// --cert without --key.
-	if code, _, _ := run(t, nil, "status", "--root", "root.pem", "-c", f.addr(), "--cert", "root.pem"); code != ExitUsage {
+	if code, _, _ := run(t, nil, "status", "--root", "root.pem", "--coordinator", f.addr(), "--cert", "root.pem"); code != ExitUsage {
 		t.Fatalf("--cert alone: %d", code)
 	}
 	// Help and version work without a Coordinator.
@@ -491,7 +491,7 @@ func TestGlobalFlags(t *testing.T) {
 	f.mux.HandleFunc("GET /api/v2/manifest", func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	})
-	code, _, errOut = run(t, nil, "manifest", "get", "--root", "root.pem", "-c", f.addr(), "--timeout", "200ms")
+	code, _, errOut = run(t, nil, "manifest", "get", "--root", "root.pem", "--coordinator", f.addr(), "--timeout", "200ms")
 	if code != ExitFailure || !strings.Contains(errOut, "deadline exceeded") {
 		t.Fatalf("timeout: %d %q", code, errOut)
 	}
@@ -544,7 +544,7 @@ func TestRecoverSecretsCommand(t *testing.T) {
 	if code != 0 || out != string(raw) {
 		t.Fatalf("to standard output: %d %q", code, out)
 	}
-	code, out, _ = run(t, env, append([]string{"recover", "secrets", "-o", "json"}, user...)...)
+	code, out, _ = run(t, env, append([]string{"recover", "secrets", "--format", "json"}, user...)...)
 	var js struct {
 		RecoverySecrets map[string][]byte `json:"recoverySecrets"`
 	}

@@ -61,14 +61,14 @@ func TestCoordinatorList(t *testing.T) {
 		"flag with --root":     {nil, []string{"status", "--root", "root.pem", "--coordinator", addrs}},
 		"env with --root":      {map[string]string{EnvCoordinator: addrs}, []string{"status", "--root", "root.pem"}},
 		"env with --insecure":  {map[string]string{EnvCoordinator: addrs}, []string{"status", "--insecure"}},
-		"flag with --insecure": {nil, []string{"status", "--insecure", "-c", addrs}},
+		"flag with --insecure": {nil, []string{"status", "--insecure", "--coordinator", addrs}},
 	} {
 		code, out, errOut := run(t, tc.env, tc.args...)
 		if code != ExitOK || out != "3: running\n" {
 			t.Errorf("%s: %d %q %q", name, code, out, errOut)
 		}
 	}
-	if code, _, errOut := run(t, nil, "manifest", "set", "m.json", "--root", "root.pem", "-c", addrs); code != ExitOK {
+	if code, _, errOut := run(t, nil, "manifest", "set", "m.json", "--root", "root.pem", "--coordinator", addrs); code != ExitOK {
 		t.Fatalf("manifest set over %s: %d %q", addrs, code, errOut)
 	}
 
@@ -85,7 +85,7 @@ func TestCoordinatorList(t *testing.T) {
 			reply(w, tc.status, js, nil, "no")
 		})
 		before := len(b.received())
-		code, _, errOut := run(t, nil, "status", "--root", "root.pem", "-c", closedAddr(t)+","+first.addr()+","+b.addr())
+		code, _, errOut := run(t, nil, "status", "--root", "root.pem", "--coordinator", closedAddr(t)+","+first.addr()+","+b.addr())
 		if code != tc.exit {
 			t.Errorf("HTTP %d from the first instance: exit %d %q, want %d", tc.status, code, errOut, tc.exit)
 		}
@@ -100,7 +100,7 @@ func TestCoordinatorList(t *testing.T) {
 	breaker.mux.HandleFunc("POST /api/v2/manifest", func(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	})
-	code, _, errOut := run(t, nil, "manifest", "set", "m.json", "--root", "root.pem", "-c", breaker.addr()+","+b.addr())
+	code, _, errOut := run(t, nil, "manifest", "set", "m.json", "--root", "root.pem", "--coordinator", breaker.addr()+","+b.addr())
 	if code != ExitFailure || !strings.Contains(errOut, "may have applied") {
 		t.Fatalf("broken upload: %d %q", code, errOut)
 	}
@@ -114,7 +114,7 @@ func TestCoordinatorList(t *testing.T) {
 	// Another deployment's instance in the list: refused (exit 3), not skipped.
 	other := newFakeCoordinator(t)
 	before := len(b.received())
-	code, _, errOut = run(t, nil, "status", "--root", "root.pem", "-c", other.addr()+","+b.addr())
+	code, _, errOut = run(t, nil, "status", "--root", "root.pem", "--coordinator", other.addr()+","+b.addr())
 	if code != ExitVerification {
 		t.Fatalf("another root: %d %q, want exit %d", code, errOut, ExitVerification)
 	}
@@ -124,14 +124,14 @@ func TestCoordinatorList(t *testing.T) {
 
 	// Nothing reachable: exit 1 naming every address.
 	c1, c2 := closedAddr(t), closedAddr(t)
-	code, _, errOut = run(t, nil, "status", "--root", "root.pem", "-c", c1+","+c2)
+	code, _, errOut = run(t, nil, "status", "--root", "root.pem", "--coordinator", c1+","+c2)
 	if code != ExitFailure || !strings.Contains(errOut, c1) || !strings.Contains(errOut, c2) || !strings.Contains(errOut, "no Coordinator endpoint reachable") {
 		t.Fatalf("nothing reachable: %d %q", code, errOut)
 	}
 
 	// Malformed lists are usage errors.
 	for _, bad := range []string{"a,,b", b.addr() + "," + b.addr(), "a,http://b", ","} {
-		if code, _, errOut := run(t, nil, "status", "--root", "root.pem", "-c", bad); code != ExitUsage {
+		if code, _, errOut := run(t, nil, "status", "--root", "root.pem", "--coordinator", bad); code != ExitUsage {
 			t.Errorf("--coordinator %q: %d %q, want exit %d", bad, code, errOut, ExitUsage)
 		}
 	}

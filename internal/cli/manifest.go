@@ -1,9 +1,14 @@
 package cli
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -34,10 +39,31 @@ type recoverySecretsFile struct {
 	RecoverySecrets map[string][]byte `json:"RecoverySecrets"`
 }
 
-// saveRecoverySecrets writes recovery secrets to file (0600), or, without a
-// file and in text mode, prints them to standard output (as the JSON the file
-// would hold) with a note on standard error.
-func (a *app) saveRecoverySecrets(file string, secrets map[string][]byte) error {
+// recoveryFlags are where a command writes new recovery secrets: quarry's
+// --recovery-secrets-file (indented JSON) or marblerun's -r/--recoverydata
+// (compact JSON, as marblerun writes it).
+type recoveryFlags struct{ file, mrFile string }
+
+func (r *recoveryFlags) register(c *cobra.Command, what string) {
+	c.Flags().StringVar(&r.file, "recovery-secrets-file", "", "write "+what+" to this JSON file (mode 0600)")
+	c.Flags().StringVarP(&r.mrFile, "recoverydata", "r", "", "the same as --recovery-secrets-file, written as marblerun writes it (compact JSON)")
+}
+
+func (r recoveryFlags) check() error {
+	if r.file != "" && r.mrFile != "" {
+		return usagef("--recovery-secrets-file and --recoverydata name the same file: give one")
+	}
+	return nil
+}
+
+// name is the file to write, "" for none.
+func (r recoveryFlags) name() string { return r.file + r.mrFile }
+
+// saveRecoverySecrets writes recovery secrets to the file of f (0600), or,
+// without a file and in text mode, prints them to standard output (as the
+// JSON the file would hold; in quarry's form with a note on standard
+// error). With marblerun's command line the messages are marblerun's.
+func (a *app) saveRecoverySecrets(f recoveryFlags, secrets map[string][]byte) error {
 	if len(secrets) == 0 {
 		return nil
 	}
@@ -46,18 +72,32 @@ func (a *app) saveRecoverySecrets(file string, secrets map[string][]byte) error 
 	if err != nil {
 		return err
 	}
-	if file == "" {
-		if !a.jsonOutput() {
-			a.notef("The encrypted recovery secrets (for %s) follow: store them (next time use --recovery-secrets-file; 'quarry recover secrets' fetches them again).\n", strings.Join(names, ", "))
-			_, err := a.out.Write(buf)
+	if f.mrFile != "" || (a.mr && f.file == "") {
+		if buf, err = json.Marshal(recoverySecretsFile{RecoverySecrets: secrets}); err != nil {
 			return err
 		}
-		return nil // part of the JSON output
+	}
+	file := f.name()
+	if file == "" {
+		if a.jsonOutput() {
+			return nil // part of the JSON output
+		}
+		if a.mr {
+			a.printf("%s\n", buf)
+			return nil
+		}
+		a.notef("The encrypted recovery secrets (for %s) follow: store them (next time use --recovery-secrets-file; 'quarry recover secrets' fetches them again).\n", strings.Join(names, ", "))
+		_, err := a.out.Write(buf)
+		return err
 	}
 	if err := writeFile(file, buf, 0o600); err != nil {
 		return err
 	}
-	if !a.jsonOutput() {
+	switch {
+	case a.jsonOutput():
+	case a.mr:
+		a.printf("Recovery data saved to: %s\n", file)
+	default:
 		a.printf("Recovery secrets for %s written to %s.\n", strings.Join(names, ", "), file)
 	}
 	return nil
@@ -74,8 +114,8 @@ func recoverySecretsJSON(secrets map[string][]byte) ([]byte, error) {
 
 // status prints a text-mode status line: to standard output, or to standard
 // error when standard output is to hold only recovery secrets (no file).
-func (a *app) status(secretsFile string, secrets map[string][]byte, format string, args ...any) {
-	if secretsFile == "" && len(secrets) > 0 {
+func (a *app) status(f recoveryFlags, secrets map[string][]byte, format string, args ...any) {
+	if f.name() == "" && len(secrets) > 0 && !a.mr {
 		a.notef(format, args...)
 		return
 	}
@@ -83,59 +123,97 @@ func (a *app) status(secretsFile string, secrets map[string][]byte, format strin
 }
 
 func (a *app) manifestSetCommand() *cobra.Command {
-	var secretsFile string
+	var rf recoveryFlags
 	c := &cobra.Command{
-		Use:   "set FILE",
+		Use:   "set FILE [ADDRESS]",
 		Short: "Set the manifest (JSON or YAML; - for standard input)",
 		Long: `Set the manifest. A YAML file is converted once to compact JSON; the JSON
 bytes are uploaded and fingerprinted. If the manifest has RecoveryKeys, the
 Coordinator returns one encrypted recovery secret per key, once: they are
-written to --recovery-secrets-file (JSON, mode 0600) or else printed.`,
-		Args: exactArgs(1),
+written to --recovery-secrets-file (JSON, mode 0600) or else printed.
+
+With the address as the last argument (marblerun's command line) quarry
+prints marblerun's messages, writes -r/--recoverydata as marblerun does, and
+caches the Coordinator's chain in --coordinator-cert.`,
+		Args: addressArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			args, err := a.takeAddress(cmd, args, 1)
+			if err != nil {
+				return err
+			}
+			if err := rf.check(); err != nil {
+				return err
+			}
 			raw, err := a.loadManifest(args[0])
 			if err != nil {
 				return err
 			}
-			s, err := a.connect(cmd.Context(), needNothing)
+			s, err := a.connect(cmd.Context(), attesting)
 			if err != nil {
 				return err
 			}
+			fp := client.ManifestFingerprint(raw)
+			if a.mr && !a.jsonOutput() {
+				a.printf("Successfully verified Coordinator, now uploading manifest\n")
+				a.printf("Manifest signature: %s\n", fp)
+			}
+			done := a.progress("generating the manifest's secrets")
 			secrets, err := s.c.SetManifest(cmd.Context(), raw)
+			done()
 			if err != nil {
 				return fmt.Errorf("setting the manifest: %w", err)
 			}
-			fp := client.ManifestFingerprint(raw)
+			if err := a.saveCertCache(cmd.Context(), s, false); err != nil {
+				return err
+			}
 			if a.jsonOutput() {
 				out := map[string]any{"manifestFingerprint": fp}
-				if secretsFile != "" {
-					out["recoverySecretsFile"] = secretsFile
+				if f := rf.name(); f != "" {
+					out["recoverySecretsFile"] = f
 				} else if len(secrets) > 0 {
 					out["recoverySecrets"] = secrets
 				}
-				if err := a.saveRecoverySecrets(secretsFile, secrets); err != nil {
+				if err := a.saveRecoverySecrets(rf, secrets); err != nil {
 					return err
 				}
 				return a.printJSON(out)
 			}
-			a.status(secretsFile, secrets, "Manifest set (SHA-256 %s).\n", fp)
-			return a.saveRecoverySecrets(secretsFile, secrets)
+			if a.mr {
+				a.printf("Manifest successfully set\n")
+			} else {
+				a.status(rf, secrets, "Manifest set (SHA-256 %s).\n", fp)
+			}
+			return a.saveRecoverySecrets(rf, secrets)
 		},
 	}
-	c.Flags().StringVar(&secretsFile, "recovery-secrets-file", "", "write the encrypted recovery secrets to this JSON file")
+	rf.register(c, "the encrypted recovery secrets")
 	return c
 }
 
 func (a *app) manifestGetCommand() *cobra.Command {
 	var file string
+	var signature, displayUpdate, keepCert bool
 	c := &cobra.Command{
-		Use:   "get",
+		Use:   "get [ADDRESS]",
 		Short: "Print the manifest that is set, exactly as it was uploaded",
-		Args:  cobra.NoArgs,
+		Long: `Print the manifest that is set, exactly as it was uploaded, after checking the
+root's signature of it.
+
+  -s, --signature        wrap it as {"ManifestSignature": SHA-256, "Manifest": ...} (marblerun's form)
+  -u, --display-update   apply the SecurityVersions of later package updates (from the update
+                         log), printed indented by 4 spaces (keys sorted)
+  --keep-cert            cache the Coordinator's chain in --coordinator-cert`,
+		Args: addressArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(cmd.Context(), needNothing)
+			if _, err := a.takeAddress(cmd, args, 0); err != nil {
+				return err
+			}
+			s, err := a.connect(cmd.Context(), attesting)
 			if err != nil {
 				return err
+			}
+			if a.mr && !a.jsonOutput() {
+				a.printf("Successfully verified Coordinator, now requesting manifest\n")
 			}
 			m, err := s.c.GetManifest(cmd.Context())
 			if err != nil {
@@ -144,14 +222,72 @@ func (a *app) manifestGetCommand() *cobra.Command {
 			if err := client.VerifyManifest(s.root, m); err != nil {
 				return fmt.Errorf("the Coordinator's manifest: %w", err)
 			}
-			if a.jsonOutput() && file == "" {
-				return a.printJSON(m)
+			out := m.Manifest
+			if displayUpdate {
+				entries, err := s.c.UpdateLog(cmd.Context())
+				if err != nil {
+					return fmt.Errorf("getting the update log: %w", err)
+				}
+				if out, err = consolidateManifest(out, entries); err != nil {
+					return fmt.Errorf("applying the package updates of the log: %w", err)
+				}
 			}
-			return a.writeOutput(file, m.Manifest, 0o644)
+			if signature {
+				out = fmt.Appendf(nil, "{\n\"ManifestSignature\": \"%s\",\n\"Manifest\": %s}", m.ManifestFingerprint, out)
+			}
+			if keepCert {
+				if err := a.saveCertCache(cmd.Context(), s, true); err != nil {
+					return err
+				}
+			}
+			switch {
+			case a.jsonOutput() && file == "":
+				if signature || displayUpdate {
+					return a.printJSON(map[string]any{"manifest": out, "manifestFingerprint": m.ManifestFingerprint})
+				}
+				return a.printJSON(m)
+			case file != "" && a.mr:
+				return writeFile(file, out, 0o600)
+			case a.mr:
+				out = append(out, '\n')
+			}
+			return a.writeOutput(file, out, 0o644)
 		},
 	}
 	c.Flags().StringVarP(&file, "file", "f", "", "write the manifest to this file instead of standard output")
+	c.Flags().StringVarP(&file, "output", "o", "", "the same as --file (marblerun's flag)")
+	c.Flags().BoolVarP(&signature, "signature", "s", false, "wrap the manifest with its SHA-256, as marblerun's -s does")
+	c.Flags().BoolVarP(&displayUpdate, "display-update", "u", false, "apply the SecurityVersions of later package updates")
+	c.Flags().BoolVar(&keepCert, "keep-cert", false, "cache the Coordinator's chain in --coordinator-cert")
 	return c
+}
+
+// consolidateManifest returns the manifest with the SecurityVersion of each
+// package raised as the update log's package updates ("package", "new
+// version") say, indented by 4 spaces.
+func consolidateManifest(raw []byte, log []string) ([]byte, error) {
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	pkgs, _ := m["Packages"].(map[string]any)
+	for _, line := range log {
+		var e struct {
+			Package    *string      `json:"package"`
+			NewVersion *json.Number `json:"new version"`
+		}
+		if json.Unmarshal([]byte(line), &e) != nil || e.Package == nil || e.NewVersion == nil {
+			continue
+		}
+		p, ok := pkgs[*e.Package].(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("package %s of the log is not in the manifest", *e.Package)
+		}
+		p["SecurityVersion"] = *e.NewVersion
+	}
+	return json.MarshalIndent(m, "", "    ")
 }
 
 // verifyResult is the JSON output of manifest verify.
@@ -165,19 +301,26 @@ type verifyResult struct {
 
 func (a *app) manifestVerifyCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "verify FILE",
+		Use:   "verify FILE|SHA256 [ADDRESS]",
 		Short: "Check that the Coordinator's manifest is FILE and is signed by the trusted root",
-		Long: `Compare the SHA-256 of FILE (JSON verbatim, YAML converted as by 'manifest set')
-with the fingerprint of the manifest the Coordinator has set, and check the
-Coordinator's signature of the manifest with the trusted root certificate.
-Exit code 3 if they differ or the signature does not verify.`,
-		Args: exactArgs(1),
+		Long: `Compare the SHA-256 of FILE (JSON verbatim, YAML converted as by 'manifest set'),
+or a SHA-256 given in hex, with the fingerprint of the manifest the Coordinator
+has set, and check the Coordinator's signature of the manifest with the trusted
+root certificate. Exit code 3 if they differ or the signature does not verify.
+
+With the address as the last argument (marblerun's command line) it prints
+"OK" and caches the verified chain in --coordinator-cert, as marblerun does.`,
+		Args: addressArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			raw, err := a.loadManifest(args[0])
+			args, err := a.takeAddress(cmd, args, 1)
 			if err != nil {
 				return err
 			}
-			s, err := a.connect(cmd.Context(), needNothing)
+			want, err := a.manifestHash(args[0])
+			if err != nil {
+				return err
+			}
+			s, err := a.connect(cmd.Context(), attesting)
 			if err != nil {
 				return err
 			}
@@ -185,7 +328,7 @@ Exit code 3 if they differ or the signature does not verify.`,
 			if err != nil {
 				return fmt.Errorf("getting the manifest: %w", err)
 			}
-			res := verifyResult{File: args[0], FileFingerprint: client.ManifestFingerprint(raw), ManifestFingerprint: m.ManifestFingerprint}
+			res := verifyResult{File: args[0], FileFingerprint: want, ManifestFingerprint: m.ManifestFingerprint}
 			if err := client.VerifyManifest(s.root, m); err != nil {
 				return fmt.Errorf("the Coordinator's manifest: %w", err)
 			}
@@ -194,21 +337,64 @@ Exit code 3 if they differ or the signature does not verify.`,
 			if !res.Match {
 				return fmt.Errorf("%w: the Coordinator's manifest (SHA-256 %s) is not %s (SHA-256 %s)", client.ErrVerification, m.ManifestFingerprint, args[0], res.FileFingerprint)
 			}
-			if a.jsonOutput() {
-				return a.printJSON(res)
+			if err := a.saveCertCache(cmd.Context(), s, false); err != nil {
+				return err
 			}
-			a.printf("OK: the Coordinator's manifest is %s (SHA-256 %s), signed by the trusted root.\n", args[0], res.FileFingerprint)
+			switch {
+			case a.jsonOutput():
+				return a.printJSON(res)
+			case a.mr:
+				a.printf("OK\n")
+			default:
+				a.printf("OK: the Coordinator's manifest is %s (SHA-256 %s), signed by the trusted root.\n", args[0], res.FileFingerprint)
+			}
 			return nil
 		},
 	}
 }
 
+// manifestHash returns the hex SHA-256 of the manifest file arg, or arg
+// itself when it is no file but 64 hex digits (as marblerun takes it).
+func (a *app) manifestHash(arg string) (string, error) {
+	if _, err := os.Stat(arg); errors.Is(err, os.ErrNotExist) && arg != "-" {
+		if b, err := hex.DecodeString(arg); err == nil && len(b) == sha256.Size {
+			return strings.ToLower(arg), nil
+		}
+		return "", usagef("%s is neither a manifest file nor a SHA-256 in hex (64 digits)", arg)
+	}
+	raw, err := a.loadManifest(arg)
+	if err != nil {
+		return "", err
+	}
+	return client.ManifestFingerprint(raw), nil
+}
+
 func (a *app) manifestSignatureCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "signature",
-		Short: "Print the root's ECDSA signature of the manifest (base64)",
-		Args:  cobra.NoArgs,
+		Use:   "signature [FILE | ADDRESS]",
+		Short: "Print the root's ECDSA signature of the manifest (base64), or the SHA-256 of a manifest FILE",
+		Long: `Without a file, print the root's ECDSA signature of the manifest that is set
+(base64), after checking it.
+
+With a manifest FILE (marblerun's 'manifest signature FILE'), print the hex
+SHA-256 of the bytes 'manifest set' would upload; nothing is sent.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 && (fileExists(args[0]) || args[0] == "-" || !looksLikeAddress(args[0])) {
+				raw, err := a.loadManifest(args[0])
+				if err != nil {
+					return err
+				}
+				fp := client.ManifestFingerprint(raw)
+				if a.jsonOutput() {
+					return a.printJSON(map[string]string{"manifestFingerprint": fp})
+				}
+				a.printf("%s\n", fp)
+				return nil
+			}
+			if _, err := a.takeAddress(cmd, args, 0); err != nil {
+				return err
+			}
 			s, err := a.connect(cmd.Context(), needNothing)
 			if err != nil {
 				return err
@@ -234,8 +420,9 @@ func (a *app) manifestSignatureCommand() *cobra.Command {
 
 func (a *app) manifestLogCommand() *cobra.Command {
 	var vf logVerifyFlags
+	var file string
 	c := &cobra.Command{
-		Use:   "log",
+		Use:   "log [ADDRESS]",
 		Short: "Print the update log, one JSON entry per line (--verify: check it against the root)",
 		Long: `Print the update log, one JSON entry per line.
 
@@ -244,9 +431,18 @@ whole hash chain and the signed checkpoint against the pinned root certificate
 (--root, or the attested one), then print a summary: entries, first and last
 time, manifest fingerprints seen. --since-checkpoint FILE proves that the log
 extends a checkpoint saved earlier (--save-checkpoint FILE saves the verified
-one). A failed check exits non-zero and names what was found.`,
-		Args: cobra.NoArgs,
+one). A failed check exits non-zero and names what was found.
+
+-o/--output FILE writes the entries to FILE instead (one per line, as
+marblerun does).`,
+		Args: addressArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := a.takeAddress(cmd, args, 0); err != nil {
+				return err
+			}
+			if vf.verify && file != "" {
+				return usagef("--verify prints a summary: it takes no --output file")
+			}
 			if !vf.verify && (vf.sinceFile != "" || vf.saveCheckpoint != "") {
 				return usagef("--since-checkpoint and --save-checkpoint need --verify")
 			}
@@ -259,9 +455,15 @@ one). A failed check exits non-zero and names what was found.`,
 					return s.c.VerifyUpdateLog(cmd.Context(), since)
 				})
 			}
+			if a.mr && !a.jsonOutput() {
+				a.printf("Successfully verified Coordinator, now requesting update log\n")
+			}
 			entries, err := s.c.UpdateLog(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("getting the update log: %w", err)
+			}
+			if file != "" {
+				return writeFile(file, []byte(strings.Join(entries, "\n")), 0o600)
 			}
 			if a.jsonOutput() {
 				// Entries that are JSON are embedded as objects.
@@ -276,12 +478,16 @@ one). A failed check exits non-zero and names what was found.`,
 				}
 				return a.printJSON(map[string]any{"updateLog": out})
 			}
+			if a.mr {
+				a.printf("Update log:\n")
+			}
 			for _, e := range entries {
 				a.printf("%s\n", e)
 			}
 			return nil
 		},
 	}
+	c.Flags().StringVarP(&file, "output", "o", "", "write the log to this file instead of standard output")
 	c.Flags().BoolVar(&vf.verify, "verify", false, "verify the hash chain and the signed checkpoint against the pinned root and print a summary")
 	c.Flags().StringVar(&vf.sinceFile, "since-checkpoint", "", "with --verify: prove that the log extends the checkpoint saved in `FILE`")
 	c.Flags().StringVar(&vf.saveCheckpoint, "save-checkpoint", "", "with --verify: save the verified checkpoint to `FILE` (for a later --since-checkpoint)")
@@ -298,9 +504,9 @@ func plural[N int | uint64](n N, one, many string) string {
 }
 
 func (a *app) updateApplyCommand() *cobra.Command {
-	var secretsFile string
+	var rf recoveryFlags
 	c := &cobra.Command{
-		Use:   "apply FILE",
+		Use:   "apply FILE [ADDRESS]",
 		Short: "Send a manifest update: packages only, or a complete manifest",
 		Long: `Send a manifest update as a manifest user (--cert, --key). A manifest that sets
 only Packages (with new SecurityVersions) is a package update, applied at once.
@@ -309,8 +515,15 @@ the UpdateManifest permission have acknowledged it ('manifest update
 acknowledge'). If the applied update changes the recovery keys, or changes
 SealMode from ProductKey (the default) to UniqueKey, it makes a new data key
 and the new encrypted recovery secrets are written to --recovery-secrets-file.`,
-		Args: exactArgs(1),
+		Args: addressArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			args, err := a.takeAddress(cmd, args, 1)
+			if err != nil {
+				return err
+			}
+			if err := rf.check(); err != nil {
+				return err
+			}
 			raw, err := a.loadManifest(args[0])
 			if err != nil {
 				return err
@@ -319,37 +532,71 @@ and the new encrypted recovery secrets are written to --recovery-secrets-file.`,
 			if err != nil {
 				return err
 			}
+			done := a.progress("applying the update (a complete update generates the manifest's secrets)")
 			res, err := s.c.Update(cmd.Context(), raw)
+			done()
 			if err != nil {
 				return fmt.Errorf("updating the manifest: %w", err)
 			}
-			if a.jsonOutput() {
-				if err := a.saveRecoverySecrets(secretsFile, res.RecoverySecrets); err != nil {
+			switch {
+			case a.jsonOutput():
+				if err := a.saveRecoverySecrets(rf, res.RecoverySecrets); err != nil {
 					return err
 				}
 				return a.printJSON(res)
-			}
-			if res.MissingAcknowledgments == 0 {
-				a.status(secretsFile, res.RecoverySecrets, "Update applied.\n")
-			} else {
-				a.status(secretsFile, res.RecoverySecrets, "Update pending: %s missing (users who may acknowledge: %s).\n",
+			case a.mr:
+				a.printf("%s\n", mrApplyMessage(res.MissingAcknowledgments, res.MissingUsers))
+			case res.MissingAcknowledgments == 0:
+				a.status(rf, res.RecoverySecrets, "Update applied.\n")
+			default:
+				a.status(rf, res.RecoverySecrets, "Update pending: %s missing (users who may acknowledge: %s).\n",
 					plural(res.MissingAcknowledgments, "acknowledgement", "acknowledgements"), strings.Join(res.MissingUsers, ", "))
 			}
-			return a.saveRecoverySecrets(secretsFile, res.RecoverySecrets)
+			return a.saveRecoverySecrets(rf, res.RecoverySecrets)
 		},
 	}
-	c.Flags().StringVar(&secretsFile, "recovery-secrets-file", "", "write new encrypted recovery secrets to this JSON file")
+	rf.register(c, "new encrypted recovery secrets")
 	return c
 }
 
+// mrApplyMessage is marblerun's answer to 'manifest update apply'.
+func mrApplyMessage(missing int, users []string) string {
+	const pending = "Update manifest submitted successfully.\nChanges are pending and have not been applied yet.\n"
+	switch missing {
+	case 0:
+		return "Update manifest set successfully"
+	case 1:
+		return pending + "1 user still needs to acknowledge the update manifest.\nThe following users may acknowledge the update: " + strings.Join(users, ", ")
+	}
+	return pending + fmt.Sprintf("%d users still need to acknowledge the update manifest.\nThe following users may acknowledge the update: %s", missing, strings.Join(users, ", "))
+}
+
+// mrAckMessage is marblerun's answer to 'manifest update acknowledge'.
+func mrAckMessage(missing int, users []string) string {
+	switch missing {
+	case 0:
+		return "Acknowledgement successful:\nAll users have acknowledged the update manifest. Update successfully applied"
+	case 1:
+		return "Acknowledgement successful:\n1 user still needs to acknowledge the update manifest.\nThe following users have not yet accepted: " + strings.Join(users, ", ")
+	}
+	return fmt.Sprintf("Acknowledgement successful:\n%d users still need to acknowledge the update manifest.\nThe following users have not yet accepted: %s", missing, strings.Join(users, ", "))
+}
+
 func (a *app) updateAcknowledgeCommand() *cobra.Command {
-	var secretsFile string
+	var rf recoveryFlags
 	c := &cobra.Command{
-		Use:     "acknowledge FILE",
+		Use:     "acknowledge FILE [ADDRESS]",
 		Aliases: []string{"ack"},
 		Short:   "Acknowledge the pending update by uploading the same manifest",
-		Args:    exactArgs(1),
+		Args:    addressArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			args, err := a.takeAddress(cmd, args, 1)
+			if err != nil {
+				return err
+			}
+			if err := rf.check(); err != nil {
+				return err
+			}
 			raw, err := a.loadManifest(args[0])
 			if err != nil {
 				return err
@@ -358,30 +605,39 @@ func (a *app) updateAcknowledgeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			done := a.progress("acknowledging (the last acknowledgement applies the update and generates the manifest's secrets)")
 			res, err := s.c.AcknowledgeUpdate(cmd.Context(), raw)
+			done()
 			if err != nil {
 				return fmt.Errorf("acknowledging the update: %w", err)
 			}
-			if a.jsonOutput() {
-				if err := a.saveRecoverySecrets(secretsFile, res.RecoverySecrets); err != nil {
+			switch {
+			case a.jsonOutput():
+				if err := a.saveRecoverySecrets(rf, res.RecoverySecrets); err != nil {
 					return err
 				}
 				return a.printJSON(res)
+			case a.mr:
+				a.printf("%s\n", mrAckMessage(res.MissingAcknowledgments, res.MissingUsers))
+			default:
+				a.status(rf, res.RecoverySecrets, "%s\n", res.Message)
 			}
-			a.status(secretsFile, res.RecoverySecrets, "%s\n", res.Message)
-			return a.saveRecoverySecrets(secretsFile, res.RecoverySecrets)
+			return a.saveRecoverySecrets(rf, res.RecoverySecrets)
 		},
 	}
-	c.Flags().StringVar(&secretsFile, "recovery-secrets-file", "", "write new encrypted recovery secrets to this JSON file")
+	rf.register(c, "new encrypted recovery secrets")
 	return c
 }
 
 func (a *app) updateCancelCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "cancel",
+		Use:   "cancel [ADDRESS]",
 		Short: "Cancel the pending update",
-		Args:  cobra.NoArgs,
+		Args:  addressArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := a.takeAddress(cmd, args, 0); err != nil {
+				return err
+			}
 			s, err := a.connect(cmd.Context(), needClientCert)
 			if err != nil {
 				return err
@@ -390,10 +646,14 @@ func (a *app) updateCancelCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("cancelling the update: %w", err)
 			}
-			if a.jsonOutput() {
+			switch {
+			case a.jsonOutput():
 				return a.printJSON(map[string]string{"message": msg})
+			case a.mr:
+				a.printf("Cancellation successful\n")
+			default:
+				a.printf("%s\n", msg)
 			}
-			a.printf("%s\n", msg)
 			return nil
 		},
 	}
@@ -401,11 +661,19 @@ func (a *app) updateCancelCommand() *cobra.Command {
 
 func (a *app) updateGetCommand() *cobra.Command {
 	var file string
+	var missing bool
 	c := &cobra.Command{
-		Use:   "get",
+		Use:   "get [ADDRESS]",
 		Short: "Print the pending update's manifest; the missing users go to standard error",
-		Args:  cobra.NoArgs,
+		Long: `Print the pending update's manifest exactly as it was uploaded; the users who
+have not acknowledged it yet go to standard error. --missing prints instead
+"The following users have not yet acknowledged the update: [a b]", as
+marblerun does.`,
+		Args: addressArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := a.takeAddress(cmd, args, 0); err != nil {
+				return err
+			}
 			s, err := a.connect(cmd.Context(), needNothing)
 			if err != nil {
 				return err
@@ -417,17 +685,24 @@ func (a *app) updateGetCommand() *cobra.Command {
 			if a.jsonOutput() && file == "" {
 				return a.printJSON(p)
 			}
-			msg := p.Message
-			if len(p.MissingUsers) > 0 {
-				msg += " (missing: " + strings.Join(p.MissingUsers, ", ") + ")"
+			out := p.Manifest
+			if missing {
+				out = fmt.Appendf(nil, "The following users have not yet acknowledged the update: %s\n", p.MissingUsers)
+			} else if !a.mr {
+				msg := p.Message
+				if len(p.MissingUsers) > 0 {
+					msg += " (missing: " + strings.Join(p.MissingUsers, ", ") + ")"
+				}
+				if msg != "" {
+					a.notef("%s\n", strings.TrimSpace(msg))
+				}
 			}
-			if msg != "" {
-				a.notef("%s\n", strings.TrimSpace(msg))
-			}
-			return a.writeOutput(file, p.Manifest, 0o644)
+			return a.writeOutput(file, out, 0o644)
 		},
 	}
 	c.Flags().StringVarP(&file, "file", "f", "", "write the pending manifest to this file instead of standard output")
+	c.Flags().StringVarP(&file, "output", "o", "", "the same as --file (marblerun's flag)")
+	c.Flags().BoolVar(&missing, "missing", false, "print the users who have not acknowledged instead of the manifest")
 	return c
 }
 

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"sort"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	v2 "github.com/quarry-cc/quarry/api/v2"
 	"github.com/quarry-cc/quarry/client"
 )
 
@@ -21,13 +21,14 @@ func (a *app) recoverCommand() *cobra.Command {
 	var keyFile, name string
 	var ephemeral, exposeSecret bool
 	c := &cobra.Command{
-		Use:   "recover SECRETS_FILE --recovery-key KEY",
+		Use:   "recover SECRETS_FILE [ADDRESS] -k KEY",
 		Short: "Recover a Coordinator in recovery mode with a recovery secret",
 		Long: `Upload one recovery secret to a Coordinator in recovery mode (state 1).
 
 SECRETS_FILE is the JSON file written by 'manifest set --recovery-secrets-file'
-(the secret that KEY decrypts is used, or the one named by --name), or one
-encrypted secret, raw or base64. quarry decrypts it with the recovery private
+or -r (the secret that KEY decrypts is used, or the one named by --name), or
+one secret, encrypted or already decrypted, raw or base64 (what marblerun's
+'recover' takes). quarry decrypts it with the recovery private
 key (RSA-OAEP, SHA-256; PEM, PKCS #8 or PKCS #1), signs the plain secret with
 the same key (PKCS #1 v1.5, SHA-256) and uploads both. With --ephemeral the
 secret is encrypted to the Coordinator's ephemeral public key for the upload.
@@ -44,17 +45,24 @@ Without verification, whoever answers at the address gets the recovery
 secret: a man in the middle reads it in the connection or, with --ephemeral,
 serves its own ephemeral key and decrypts it, and with a single recovery key
 that secret is the data key of the whole state. Confirm only for a
-Coordinator in simulation mode on a network you trust.`,
-		Args: exactArgs(1),
+Coordinator in simulation mode on a network you trust. (marblerun's 'recover
+-i' sends the secret without asking: a script that calls it must add
+--expose-recovery-secret.)
+
+With the address as the last argument (marblerun's command line) the answer
+is marblerun's: "Recovery successful." or "Secret was processed successfully.
+Upload the next secret. Remaining secrets: N".`,
+		Args: addressArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch {
-			case a.insecure && !exposeSecret:
-				return usagef("%w", errInsecureRecover)
-			case exposeSecret && !a.insecure:
-				return usagef("--expose-recovery-secret only confirms --insecure; leave it out when the Coordinator is verified")
+			args, err := a.takeAddress(cmd, args, 1)
+			if err != nil {
+				return err
+			}
+			if err := a.checkInsecureRecover(exposeSecret); err != nil {
+				return err
 			}
 			if keyFile == "" {
-				return usagef("--recovery-key is required")
+				return usagef("-k/--key (or --recovery-key) is required: the recovery private key that decrypts and signs the secret")
 			}
 			keyPEM, err := readFile(keyFile)
 			if err != nil {
@@ -76,7 +84,7 @@ Coordinator in simulation mode on a network you trust.`,
 			if err != nil {
 				return err
 			}
-			s, err := a.connect(cmd.Context(), needNothing)
+			s, err := a.connect(cmd.Context(), attesting)
 			if err != nil {
 				return err
 			}
@@ -94,14 +102,11 @@ Coordinator in simulation mode on a network you trust.`,
 			if err != nil {
 				return fmt.Errorf("recovering: %w", err)
 			}
-			if a.jsonOutput() {
-				return a.printJSON(res)
-			}
-			a.printf("%s\n", res.Message)
-			return nil
+			return a.printRecovered(res)
 		},
 	}
-	c.Flags().StringVar(&keyFile, "recovery-key", "", "PEM file with the recovery private key (RSA)")
+	c.Flags().StringVarP(&keyFile, "key", "k", "", "PEM file with the recovery private key (RSA, PKCS #8 or PKCS #1)")
+	c.Flags().StringVar(&keyFile, "recovery-key", "", "the same as --key")
 	c.Flags().StringVar(&name, "name", "", "the RecoveryKeys name of the secret in SECRETS_FILE")
 	c.Flags().BoolVar(&ephemeral, "ephemeral", false, "encrypt the secret to the Coordinator's ephemeral key for the upload")
 	c.Flags().BoolVar(&exposeSecret, "expose-recovery-secret", false, "confirm --insecure: send the recovery secret to a Coordinator that is not verified (simulation mode on a trusted network only)")
@@ -114,12 +119,41 @@ Coordinator in simulation mode on a network you trust.`,
 var errInsecureRecover = errors.New("recover --insecure would send the recovery secret to a Coordinator that is not verified: " +
 	"a man in the middle can read it, or serve its own ephemeral key (--ephemeral) and decrypt it, and with a single recovery key " +
 	"that secret is the data key of the whole state. Verify the Coordinator with --era-config instead (in recovery mode its quote " +
-	"covers the temporary root); only for a Coordinator in simulation mode on a network you trust, add --expose-recovery-secret")
+	"covers the temporary root); only for a Coordinator in simulation mode on a network you trust, add --expose-recovery-secret " +
+	"(unlike marblerun, whose -i sends it without asking)")
+
+// checkInsecureRecover refuses to send a recovery secret with --insecure
+// unless --expose-recovery-secret confirms it.
+func (a *app) checkInsecureRecover(expose bool) error {
+	switch {
+	case a.insecure && !expose:
+		return usagef("%w", errInsecureRecover)
+	case expose && !a.insecure:
+		return usagef("--expose-recovery-secret only confirms --insecure; leave it out when the Coordinator is verified")
+	}
+	return nil
+}
+
+// printRecovered prints the answer to a recovery upload: marblerun's
+// message with its command line, else the Coordinator's.
+func (a *app) printRecovered(res *v2.RecoverResponse) error {
+	switch {
+	case a.jsonOutput():
+		return a.printJSON(res)
+	case a.mr && res.Remaining == 0:
+		a.printf("Recovery successful.\n")
+	case a.mr:
+		a.printf("Secret was processed successfully. Upload the next secret. Remaining secrets: %d\n", res.Remaining)
+	default:
+		a.printf("%s\n", res.Message)
+	}
+	return nil
+}
 
 func (a *app) recoverSecretsCommand() *cobra.Command {
 	var file string
 	c := &cobra.Command{
-		Use:   "secrets",
+		Use:   "secrets [ADDRESS]",
 		Short: "Fetch the encrypted recovery secrets again (a manifest user with UpdateManifest)",
 		Long: `Fetch the encrypted recovery secrets that the Coordinator last handed out:
 those of the manifest set, or of the update that last changed RecoveryKeys.
@@ -130,8 +164,11 @@ secret is encrypted to its recovery key, so only the key owners can use it.
 The secrets are written to --file (JSON, mode 0600, the format of
 'manifest set --recovery-secrets-file', which 'quarry recover' reads) or
 else printed.`,
-		Args: cobra.NoArgs,
+		Args: addressArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := a.takeAddress(cmd, args, 0); err != nil {
+				return err
+			}
 			s, err := a.connect(cmd.Context(), needClientCert)
 			if err != nil {
 				return err
@@ -224,11 +261,14 @@ func secretFromJSON(raw []byte, name string, key *rsa.PrivateKey) ([]byte, error
 func (a *app) recoverPublicKeyCommand() *cobra.Command {
 	var file string
 	c := &cobra.Command{
-		Use:   "public-key",
+		Use:   "public-key [ADDRESS]",
 		Short: "Print the Coordinator's ephemeral public key for encrypting recovery secrets (PEM)",
-		Args:  cobra.NoArgs,
+		Args:  addressArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(cmd.Context(), needNothing)
+			if _, err := a.takeAddress(cmd, args, 0); err != nil {
+				return err
+			}
+			s, err := a.connect(cmd.Context(), attesting)
 			if err != nil {
 				return err
 			}
@@ -240,12 +280,20 @@ func (a *app) recoverPublicKeyCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if a.jsonOutput() && file == "" {
+			pemText := pemBlock("PUBLIC KEY", der)
+			switch {
+			case a.jsonOutput() && file == "":
 				return a.printJSON(map[string]any{"algorithm": "RSA", "ephemeralPublicKey": der})
+			case a.mr && file != "":
+				return writeNew(file, pemText) // marblerun does not overwrite it
+			case a.mr:
+				a.printf("%s\n", pemText)
+				return nil
 			}
-			return a.writeOutput(file, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
+			return a.writeOutput(file, pemText, 0o644)
 		},
 	}
 	c.Flags().StringVarP(&file, "file", "f", "", "write the PEM to this file instead of standard output")
+	c.Flags().StringVarP(&file, "output", "o", "", "the same as --file (marblerun's flag; with the address as the last argument an existing file is not overwritten)")
 	return c
 }

@@ -61,9 +61,9 @@ func checkSecretName(name string) error {
 }
 
 func (a *app) secretGetCommand() *cobra.Command {
-	var dir string
+	var dir, file string
 	c := &cobra.Command{
-		Use:   "get NAME...",
+		Use:   "get NAME... [ADDRESS]",
 		Short: "Read secrets",
 		Long: `Read secrets as a manifest user (--cert, --key).
 
@@ -72,7 +72,13 @@ then private key), symmetric keys in hex, plain secrets in base64.
 With --dir, each secret is written to files in that directory (mode 0600):
   NAME.crt, NAME.key, NAME.pub   certificate, PKCS #8 private key and public key, PEM
   NAME                           the raw key or data of symmetric-key and plain secrets
-With --output json, the secrets are printed as the Client API returns them.`,
+With -o/--output FILE, all of them are written to FILE as one JSON object
+(mode 0600), in marblerun's form.
+With --format json, the secrets are printed as the Client API returns them.
+
+A last argument of the form host:port is the Coordinator's address
+(marblerun's command line; the secrets are then printed as marblerun prints
+them) unless --coordinator is given.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usagef("%s needs at least one secret name", cmd.CommandPath())
@@ -80,6 +86,15 @@ With --output json, the secrets are printed as the Client API returns them.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if last := args[len(args)-1]; len(args) > 1 && !cmd.Flags().Changed("coordinator") && looksLikeAddress(last) {
+				if err := a.setAddress(cmd, last); err != nil {
+					return err
+				}
+				args = args[:len(args)-1]
+			}
+			if dir != "" && file != "" {
+				return usagef("--dir and --output exclude each other")
+			}
 			if dir != "" {
 				for _, n := range args {
 					if err := checkSecretName(n); err != nil {
@@ -100,7 +115,21 @@ With --output json, the secrets are printed as the Client API returns them.`,
 					return fmt.Errorf("the Coordinator did not return secret %q", n)
 				}
 			}
-			if dir != "" {
+			switch {
+			case file != "":
+				buf, err := mrSecretsJSON(secrets)
+				if err != nil {
+					return err
+				}
+				if err := writeFile(file, buf, 0o600); err != nil {
+					return err
+				}
+				if a.jsonOutput() {
+					return a.printJSON(map[string]any{"file": file})
+				}
+				a.printf("Saved secrets to: %s\n", file)
+				return nil
+			case dir != "":
 				if err := os.MkdirAll(dir, 0o700); err != nil {
 					return err
 				}
@@ -120,9 +149,13 @@ With --output json, the secrets are printed as the Client API returns them.`,
 				}
 				a.printf("Wrote %s.\n", strings.Join(written, ", "))
 				return nil
-			}
-			if a.jsonOutput() {
+			case a.jsonOutput():
 				return a.printJSON(secrets)
+			case a.mr:
+				for _, n := range args {
+					a.printf("%s", mrSecretText(n, secrets[n]))
+				}
+				return nil
 			}
 			for i, n := range args {
 				if i > 0 {
@@ -134,7 +167,70 @@ With --output json, the secrets are printed as the Client API returns them.`,
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", "", "write each secret to files in this directory")
+	c.Flags().StringVarP(&file, "output", "o", "", "write the secrets to this file as one JSON object (marblerun's form)")
 	return c
+}
+
+// mrSecret is a secret as marblerun's manifest.Secret marshals it: the
+// certificate as base64 DER (null when unset), the keys as base64.
+type mrSecret struct {
+	Type        string
+	Size        uint
+	Shared      bool
+	UserDefined bool
+	Cert        []byte
+	ValidFor    uint
+	Private     []byte
+	Public      []byte
+}
+
+func toMRSecret(s v2.Secret) mrSecret {
+	return mrSecret{Type: s.Type, Size: s.Size, Shared: s.Shared, UserDefined: s.UserDefined, Cert: s.Cert, ValidFor: s.ValidFor, Private: s.Private, Public: s.Public}
+}
+
+// mrSecretsJSON is the file of 'secret get -o': name → secret, compact.
+func mrSecretsJSON(secrets map[string]v2.Secret) ([]byte, error) {
+	out := make(map[string]mrSecret, len(secrets))
+	for n, s := range secrets {
+		out[n] = toMRSecret(s)
+	}
+	return json.Marshal(out)
+}
+
+// mrSecretText is one secret as marblerun's 'secret get' prints it: a
+// tab-indented line per field, values in Go's default format (byte slices as
+// [1 2 3], the certificate as its parsed x509.Certificate), then a blank
+// line.
+func mrSecretText(name string, s v2.Secret) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s:\n", name)
+	line := func(label string, value any) { fmt.Fprintf(&b, "\t%-14s %v\n", label, value) }
+	line("Type:", s.Type)
+	switch s.Type {
+	case "cert-rsa", "cert-ecdsa", "cert-ed25519":
+		line("UserDefined:", s.UserDefined)
+		if s.Type != "cert-ed25519" {
+			line("Size:", s.Size)
+		}
+		line("Valid For:", s.ValidFor)
+		var cert x509.Certificate
+		if len(s.Cert) > 0 {
+			if c, err := x509.ParseCertificate(s.Cert); err == nil {
+				cert = *c
+			}
+		}
+		line("Certificate:", cert)
+		line("Public Key:", s.Public)
+		line("Private Key:", s.Private)
+	case "symmetric-key":
+		line("UserDefined:", s.UserDefined)
+		line("Size:", s.Size)
+		line("Key:", s.Public)
+	default:
+		line("Data:", s.Public)
+	}
+	b.WriteString("\n")
+	return b.String()
 }
 
 // printSecret prints one secret for humans.
@@ -190,7 +286,7 @@ func sortedKeys[V any](m map[string]V) []string {
 func (a *app) secretSetCommand() *cobra.Command {
 	var fromFile, fromPEM, fromJSON string
 	c := &cobra.Command{
-		Use:   "set [NAME] (--from-file FILE | --from-pem FILE | --from-json FILE)",
+		Use:   "set [NAME] (--from-file FILE | --from-pem FILE | --from-json FILE)  or  set FILE ADDRESS [--from-pem NAME]",
 		Short: "Upload user-defined secrets",
 		Long: `Upload user-defined secrets as a manifest user (--cert, --key). One of:
   set NAME --from-file FILE   the file's bytes are the key (symmetric-key) or data (plain)
@@ -199,9 +295,28 @@ func (a *app) secretSetCommand() *cobra.Command {
                               and PUBLIC KEY
   set --from-json FILE        several secrets: a JSON object mapping names to
                               {"key": base64} or {"cert": base64 DER, "private": base64
-                              PKCS #8, "public": base64 PKIX}`,
-		Args: cobra.MaximumNArgs(1),
+                              PKCS #8, "public": base64 PKIX}
+
+marblerun's command line, with the Coordinator's address last:
+  set FILE ADDRESS                  FILE is the JSON object of --from-json
+  set FILE ADDRESS --from-pem NAME  FILE is the PEM file, NAME the secret`,
+		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 2 {
+				// marblerun's form: the file, the address; --from-pem names
+				// the secret.
+				if fromFile != "" || fromJSON != "" {
+					return usagef("with the address as the last argument (marblerun's form) FILE is a JSON file of secrets, or with --from-pem NAME a PEM file; --from-file and --from-json do not apply")
+				}
+				if err := a.setAddress(cmd, args[1]); err != nil {
+					return err
+				}
+				if fromPEM != "" {
+					args, fromPEM = []string{fromPEM}, args[0]
+				} else {
+					args, fromJSON = nil, args[0]
+				}
+			}
 			n := 0
 			for _, f := range []string{fromFile, fromPEM, fromJSON} {
 				if f != "" {
@@ -209,7 +324,7 @@ func (a *app) secretSetCommand() *cobra.Command {
 				}
 			}
 			if n != 1 {
-				return usagef("give exactly one of --from-file, --from-pem and --from-json")
+				return usagef("give exactly one of --from-file, --from-pem and --from-json (or marblerun's form: set FILE ADDRESS)")
 			}
 			if fromJSON != "" && len(args) == 1 {
 				return usagef("--from-json names the secrets itself; give no NAME")
@@ -255,15 +370,19 @@ func (a *app) secretSetCommand() *cobra.Command {
 				return fmt.Errorf("setting secrets: %w", err)
 			}
 			names := sortedKeys(secrets)
-			if a.jsonOutput() {
+			switch {
+			case a.jsonOutput():
 				return a.printJSON(map[string]any{"secrets": names})
+			case a.mr:
+				a.printf("Secret successfully set\n")
+			default:
+				a.printf("Uploaded %s: %s.\n", plural(len(names), "secret", "secrets"), strings.Join(names, ", "))
 			}
-			a.printf("Uploaded %s: %s.\n", plural(len(names), "secret", "secrets"), strings.Join(names, ", "))
 			return nil
 		},
 	}
 	c.Flags().StringVar(&fromFile, "from-file", "", "file with the raw key or data (- for standard input)")
-	c.Flags().StringVar(&fromPEM, "from-pem", "", "PEM file with a certificate and optionally its keys")
+	c.Flags().StringVar(&fromPEM, "from-pem", "", "PEM file with a certificate and optionally its keys (in marblerun's form: the secret's NAME)")
 	c.Flags().StringVar(&fromJSON, "from-json", "", "JSON file with several secrets")
 	return c
 }

@@ -15,41 +15,67 @@ import (
 type session struct {
 	c    *client.Client
 	root *x509.Certificate
-	// att is the attestation made to obtain root; nil when --root gave it.
+	// att is the attestation made to obtain root; nil when a pinned root
+	// (--root, --coordinator-cert) gave it.
 	att *client.Attestation
+	// cachedIntermediate is the intermediate of --coordinator-cert when
+	// that file gave the root.
+	cachedIntermediate *x509.Certificate
 }
 
-// needs tells connect what a command requires.
+// needs tells connect what a command requires (flags, or-ed).
 type needs int
 
 const (
-	needNothing    needs = iota
-	needClientCert       // a manifest user's certificate (--cert, --key)
+	needNothing    needs = 0
+	needClientCert needs = 1 << iota // a manifest user's certificate (--cert, --key)
+	// attesting marks the commands that marblerun verifies by the quote
+	// (certificates, manifest set, get and verify, recovery): with the
+	// address as the last argument, ./era-config.json comes before the
+	// cached certificate for them, and -i prints marblerun's warning.
+	attesting
 )
 
 // connect establishes trust in the Coordinator as the global flags say and
 // returns a client pinned to its root. With several addresses, the first
 // that answers is attested (or its root checked), and the client fails over
 // between all of them with that one root pinned.
+//
+// Trust comes from, in this order: --root; --insecure; --era-config; and
+// then, with marblerun's command line (the address as the last argument),
+// ./era-config.json and the cached chain of --coordinator-cert (its default
+// location), the era config first for attesting commands; with quarry's,
+// an explicit --coordinator-cert. Without any, the Coordinator's quote is
+// requested and, with no verifier, refused (exit 3 with a hint).
 func (a *app) connect(ctx context.Context, n needs) (*session, error) {
+	if a.certFile != "" && !fileExists(a.certFile) && looksLikeAddress(a.certFile) {
+		return nil, usagef("-c is --cert, the user's certificate file, as in marblerun; is %q the Coordinator's address? Give it with --coordinator or as the last argument", a.certFile)
+	}
 	if strings.TrimSpace(a.coordinator) == "" {
-		return nil, usagef("no Coordinator address: pass --coordinator host:port (or several, comma-separated) or set %s", EnvCoordinator)
+		return nil, usagef("no Coordinator address: pass --coordinator host:port (or several, comma-separated), set %s, or give it as the last argument", EnvCoordinator)
 	}
 	if _, err := client.ParseEndpoints(a.coordinator); err != nil {
-		return nil, usagef("--coordinator: %w", err)
+		return nil, usagef("Coordinator address: %w", err)
 	}
 	if a.rootFile != "" && a.insecure {
 		return nil, usagef("--root and --insecure exclude each other")
 	}
-	verifier, err := a.quoteVerifier()
+	if a.rootFile != "" && a.cmd.Flags().Changed("coordinator-cert") {
+		return nil, usagef("--root and --coordinator-cert exclude each other: both name the root to trust")
+	}
+	eraConfig, reused, err := a.eraConfigFile(n)
+	if err != nil {
+		return nil, err
+	}
+	verifier, err := a.quoteVerifier(eraConfig)
 	if err != nil {
 		return nil, err
 	}
 	if (a.certFile == "") != (a.keyFile == "") {
 		return nil, usagef("--cert and --key must be given together")
 	}
-	if n == needClientCert && a.certFile == "" {
-		return nil, usagef("this command needs the certificate of a manifest user: pass --cert and --key")
+	if n&needClientCert != 0 && a.certFile == "" {
+		return nil, usagef("this command needs the certificate of a manifest user: pass --cert and --key (-c, -k)")
 	}
 	var opts []client.Option
 	if a.certFile != "" {
@@ -60,7 +86,8 @@ func (a *app) connect(ctx context.Context, n needs) (*session, error) {
 		opts = append(opts, client.WithClientCertificate(cert))
 	}
 	s := &session{}
-	if a.rootFile != "" {
+	switch {
+	case a.rootFile != "":
 		pemText, err := readFile(a.rootFile)
 		if err != nil {
 			return nil, err
@@ -70,11 +97,25 @@ func (a *app) connect(ctx context.Context, n needs) (*session, error) {
 			return nil, usagef("--root %s: %w", a.rootFile, err)
 		}
 		s.root = root
-	} else {
+	case !a.insecure && verifier == nil && a.useCertCache(n, eraConfig):
+		if s.root, s.cachedIntermediate, err = a.loadCertCache(); err != nil {
+			return nil, err
+		}
+	default:
 		if a.insecure {
 			a.warn(insecureWarning)
+			if a.mr && n&attesting != 0 {
+				a.printf("Warning: skipping quote verification\n") // marblerun's line, on standard output
+			}
 		}
-		att, err := client.VerifyCoordinator(ctx, a.coordinator, client.VerifyOptions{Verifier: verifier, InsecureSkipVerify: a.insecure})
+		if reused && a.mr {
+			a.printf("Reusing existing config file\n") // marblerun's line, on standard output
+		}
+		vo := client.VerifyOptions{Verifier: verifier, InsecureSkipVerify: a.insecure}
+		if a.nonce != "" {
+			vo.Nonce = []byte(a.nonce)
+		}
+		att, err := client.VerifyCoordinator(ctx, a.coordinator, vo)
 		if err != nil {
 			return nil, fmt.Errorf("verifying the Coordinator: %w", err)
 		}
@@ -85,6 +126,11 @@ func (a *app) connect(ctx context.Context, n needs) (*session, error) {
 		return nil, usageError{err}
 	}
 	s.c = c
+	if a.saveQuote != "" {
+		if err := a.saveCoordinatorQuote(ctx, s); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -122,34 +168,51 @@ func (s *session) chain(ctx context.Context) (intermediate, root *x509.Certifica
 	return inter, root, []byte(q.Cert), nil
 }
 
-// quoteVerifier builds the SGX quote verifier from the attestation flags;
-// nil when --era-config is not given.
-func (a *app) quoteVerifier() (client.QuoteVerifier, error) {
-	if a.eraConfig == "" {
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{
-			{"--accepted-tcb-statuses", a.acceptedTCB != nil}, {"--accepted-advisories", a.acceptedAdvisories != nil},
-			{"--collateral-file", a.collateralFile != ""}, {"--pccs-url", a.pccsURL != ""}, {"--sgx-root-ca", a.sgxRootCA != ""},
-		} {
-			if f.set {
-				return nil, usagef("%s configures quote verification: it needs --era-config with the expected properties of the Coordinator's enclave", f.name)
+// quoteVerifier builds the quote verifier for the era config file
+// (--era-config, or ./era-config.json with marblerun's command line); nil
+// without one. The collateral comes from --collateral-file or --pccs-url
+// (or their variables), else from the pccs_url of Intel's QCNL
+// configuration, which marblerun's verification reads.
+func (a *app) quoteVerifier(eraConfig string) (client.QuoteVerifier, error) {
+	if eraConfig == "" {
+		var set []string
+		for _, name := range []string{"accepted-tcb-statuses", "accepted-advisories", "collateral-file", "pccs-url", "sgx-root-ca"} {
+			if a.cmd.Flags().Changed(name) {
+				set = append(set, "--"+name)
 			}
+		}
+		switch {
+		case len(set) == 0:
+		case a.mr:
+			// marblerun takes these on every command and ignores them
+			// where no quote is verified.
+			a.warn(strings.Join(set, ", ") + " configure quote verification, which this command does not do here: ignored")
+		default:
+			return nil, usagef("%s configures quote verification: it needs --era-config with the expected properties of the Coordinator's enclave", set[0])
 		}
 		return nil, nil
 	}
 	switch {
 	case a.rootFile != "":
 		return nil, usagef("--root and --era-config exclude each other: trust a pinned root, or verify the Coordinator's quote")
+	case a.insecure && a.mr:
+		// marblerun skips the verification with -i whatever else is given.
+		a.warn("--era-config is not used: -i/--insecure skips quote verification")
+		return nil, nil
 	case a.insecure:
 		return nil, usagef("--insecure and --era-config exclude each other: skip verification, or verify the Coordinator's quote")
-	case a.collateralFile == "" && a.pccsURL == "":
-		return nil, usagef("--era-config: verifying the quote needs Intel's collateral: pass --collateral-file or --pccs-url")
 	case a.collateralFile != "" && a.pccsURL != "":
 		return nil, usagef("--collateral-file and --pccs-url exclude each other")
 	}
-	era, err := client.ReadEraConfig(a.eraConfig)
+	pccsURL := a.pccsURL
+	if a.collateralFile == "" && pccsURL == "" {
+		pccsURL = qcnlPCCSURL(qcnlConfPath)
+		if pccsURL == "" {
+			return nil, usagef("--era-config: verifying the quote needs Intel's collateral: pass --collateral-file or --pccs-url (or set %s or %s, or a pccs_url in %s)",
+				EnvCollateralFile, EnvPCCSURL, qcnlConfPath)
+		}
+	}
+	era, err := client.ReadEraConfig(eraConfig)
 	if err != nil {
 		return nil, usagef("--era-config: %w", err)
 	}
@@ -159,7 +222,7 @@ func (a *app) quoteVerifier() (client.QuoteVerifier, error) {
 	if a.acceptedAdvisories != nil {
 		era.AcceptedAdvisories = a.acceptedAdvisories
 	}
-	o := client.DCAPOptions{Expected: era, CollateralFile: a.collateralFile, PCCSURL: a.pccsURL}
+	o := client.DCAPOptions{Expected: era, CollateralFile: a.collateralFile, PCCSURL: pccsURL}
 	if a.sgxRootCA != "" {
 		pemText, err := readFile(a.sgxRootCA)
 		if err != nil {

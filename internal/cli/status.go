@@ -10,14 +10,17 @@ import (
 
 func (a *app) statusCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "status",
+		Use:   "status [ADDRESS]",
 		Short: "Show the Coordinator's state",
 		Long: `Show the Coordinator's state code and message:
   1  recovery mode: upload recovery secrets (quarry recover) or set a new manifest
   2  ready to accept a manifest
   3  running: the manifest is set and Marbles may activate`,
-		Args: cobra.NoArgs,
+		Args: addressArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := a.takeAddress(cmd, args, 0); err != nil {
+				return err
+			}
 			s, err := a.connect(cmd.Context(), needNothing)
 			if err != nil {
 				return err

@@ -108,7 +108,7 @@ func TestEraConfigTDX(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "era.json"), []byte(tc.era), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			code, out, errOut := run(t, nil, "status", "-c", addr, "--era-config", "era.json",
+			code, out, errOut := run(t, nil, "status", "--coordinator", addr, "--era-config", "era.json",
 				"--collateral-file", "collateral.json", "--sgx-root-ca", "intel-root.pem")
 			text := errOut
 			if tc.code == ExitOK {

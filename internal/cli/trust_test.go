@@ -63,8 +63,8 @@ func TestHintsLeadToEraConfig(t *testing.T) {
 		reply(w, 200, "success", v2.StatusResponse{Code: 1, Status: 1, Message: "recovery mode"}, "")
 	})
 	for name, args := range map[string][]string{
-		"pinned root not presented": {"status", "--root", "other.pem", "-c", f.addr()},
-		"no quote":                  {"status", "-c", f.addr()},
+		"pinned root not presented": {"status", "--root", "other.pem", "--coordinator", f.addr()},
+		"no quote":                  {"status", "--coordinator", f.addr()},
 	} {
 		code, _, errOut := run(t, nil, args...)
 		h := hintLine(errOut)
@@ -112,7 +112,7 @@ func TestInsecureWarns(t *testing.T) {
 	if code != ExitOK || out != "2: ready\n" {
 		t.Fatalf("status --insecure: %d %q %q", code, out, errOut)
 	}
-	code, out, errOut = run(t, env, "status", "--insecure", "-o", "json")
+	code, out, errOut = run(t, env, "status", "--insecure", "--format", "json")
 	var w struct {
 		Warning string `json:"warning"`
 	}
@@ -184,7 +184,7 @@ func TestRecoverInsecureNeedsConfirmation(t *testing.T) {
 	env := map[string]string{EnvCoordinator: mitm.addr()}
 	recoverArgs := []string{"recover", "recovery.json", "--recovery-key", "owner.key"}
 
-	for _, extra := range [][]string{{"--insecure"}, {"--insecure", "--ephemeral"}, {"--ephemeral", "--insecure", "-o", "json"}} {
+	for _, extra := range [][]string{{"--insecure"}, {"--insecure", "--ephemeral"}, {"--ephemeral", "--insecure", "--format", "json"}} {
 		code, out, errOut := run(t, env, append(recoverArgs, extra...)...)
 		if code != ExitUsage || out != "" {
 			t.Errorf("%v: exit %d %q, want the usage error 2", extra, code, out)

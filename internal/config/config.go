@@ -227,10 +227,12 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"directory for the sealed state (sealed_data, sealed_key) [EDG_COORDINATOR_SEAL_DIR; default under EDG_CWD or the working directory]")
 	fs.StringVar(&c.StartupManifest, "startup-manifest", env("EDG_STARTUP_MANIFEST", ""),
 		"manifest file (JSON) to set at start when no state exists [EDG_STARTUP_MANIFEST]")
-	fs.StringVar(&debug, "debug", env("EDG_DEBUG_LOGGING", "0"),
-		"debug logging: 1 or 0 [EDG_DEBUG_LOGGING]")
-	fs.StringVar(&dev, "dev-mode", env("EDG_COORDINATOR_DEV_MODE", "0"),
-		"development mode (human-readable logs; a quote failure at start is not fatal): 1 or 0 [EDG_COORDINATOR_DEV_MODE]")
+	debug = env("EDG_DEBUG_LOGGING", "0")
+	fs.Var((*switchFlag)(&debug), "debug",
+		"debug logging (--debug, or =1 / =0) [EDG_DEBUG_LOGGING]")
+	dev = env("EDG_COORDINATOR_DEV_MODE", "0")
+	fs.Var((*switchFlag)(&dev), "dev-mode",
+		"development mode: human-readable logs, and a quote failure at start is not fatal (--dev-mode, or =1 / =0) [EDG_COORDINATOR_DEV_MODE]")
 	fs.StringVar(&errLevel, "http-error-log-level", env("EDG_HTTP_ERROR_LOG_LEVEL", "error"),
 		"level of net/http's internal errors (TLS handshake failures, ...): debug, info, warn or error [EDG_HTTP_ERROR_LOG_LEVEL]")
 	fs.StringVar(&maxMan, "max-manifest-size", env("QUARRY_MAX_MANIFEST_SIZE", strconv.Itoa(DefaultMaxManifestBytes)),
@@ -295,6 +297,9 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		return Config{}, err
 	}
 	if fs.NArg() > 0 {
+		if i := len(args) - fs.NArg(); i > 0 && isSwitchValue(fs.Arg(0)) && isSwitch(fs, args[i-1]) {
+			return Config{}, fmt.Errorf("unexpected argument %q: %s is a switch, which takes its value with '=' (%s=%s), or alone for 1", fs.Arg(0), args[i-1], args[i-1], fs.Arg(0))
+		}
 		return Config{}, fmt.Errorf("unexpected argument %q (the coordinator takes flags only)", fs.Arg(0))
 	}
 
@@ -499,6 +504,30 @@ func parseMigration(v string) (core.MarbleRunMigration, error) {
 // switchFlag is an on/off flag that may be given alone (--flag, meaning 1)
 // or with a value (--flag=0); the value is checked by parseBool.
 type switchFlag string
+
+// isSwitch reports whether arg (-name or --name, without a value) is a
+// switch (or boolean flag) of fs.
+func isSwitch(fs *flag.FlagSet, arg string) bool {
+	name := strings.TrimLeft(arg, "-")
+	if name == arg || strings.Contains(name, "=") {
+		return false
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// isSwitchValue reports whether s looks like the value of a switch.
+func isSwitchValue(s string) bool {
+	switch strings.ToLower(s) {
+	case "0", "1", "true", "false":
+		return true
+	}
+	return false
+}
 
 func (f *switchFlag) String() string     { return string(*f) }
 func (f *switchFlag) Set(v string) error { *f = switchFlag(v); return nil }

@@ -291,3 +291,47 @@ func TestMigrateMarbleRunSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestDebugAndDevModeAreSwitches: --debug and --dev-mode are switches like
+// the others: alone they mean 1 and do not take the next argument as their
+// value; =0 and =1 work; the variables still set them; a value after a
+// space is refused, saying how to write it.
+func TestDebugAndDevModeAreSwitches(t *testing.T) {
+	for _, tc := range []struct {
+		args       []string
+		env        map[string]string
+		debug, dev bool
+	}{
+		{[]string{"--dev-mode"}, nil, false, true},
+		{[]string{"--debug", "--client-addr", "127.0.0.1:9000"}, nil, true, false},
+		{[]string{"--debug", "--dev-mode", "--mesh-addr", "127.0.0.1:9001"}, nil, true, true},
+		{[]string{"--debug=1", "--dev-mode=true"}, nil, true, true},
+		{[]string{"--debug=0"}, map[string]string{"EDG_DEBUG_LOGGING": "1"}, false, false},
+		{nil, map[string]string{"EDG_DEBUG_LOGGING": "1", "EDG_COORDINATOR_DEV_MODE": "1"}, true, true},
+		{[]string{"-debug"}, nil, true, false},
+	} {
+		c, err := Load(envOf(tc.env), tc.args, &bytes.Buffer{})
+		if err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+			continue
+		}
+		if c.DebugLogging != tc.debug || c.DevMode != tc.dev {
+			t.Errorf("%q %v: debug %v dev %v, want %v %v", tc.args, tc.env, c.DebugLogging, c.DevMode, tc.debug, tc.dev)
+		}
+		if len(tc.args) > 1 && tc.args[1] == "--client-addr" && c.ClientAddr != "127.0.0.1:9000" {
+			t.Errorf("%q: the flag after --debug was swallowed: client addr %q", tc.args, c.ClientAddr)
+		}
+		if len(tc.args) > 2 && tc.args[2] == "--mesh-addr" && c.MeshAddr != "127.0.0.1:9001" {
+			t.Errorf("%q: mesh addr %q", tc.args, c.MeshAddr)
+		}
+	}
+	for _, args := range [][]string{{"--dev-mode", "1"}, {"--debug", "0"}} {
+		_, err := Load(envOf(nil), args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "takes its value with '='") || !strings.Contains(err.Error(), args[0]+"="+args[1]) {
+			t.Errorf("%q: %v, want an error showing %s=%s", args, err, args[0], args[1])
+		}
+	}
+	if _, err := Load(envOf(nil), []string{"--debug=yes"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "debug [EDG_DEBUG_LOGGING]") {
+		t.Errorf("--debug=yes: %v", err)
+	}
+}

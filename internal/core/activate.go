@@ -266,7 +266,8 @@ func (c *Core) activateOnce(ctx context.Context, req ActivationRequest) (*Activa
 }
 
 // verifyMarbleQuote checks the Marble's quote (not in simulation): DCAP
-// verification, report data = SHA-256 of the TLS client certificate, and
+// verification of the declared quote (bytes after it are ignored, as by
+// Intel's library), report data = SHA-256 of the TLS client certificate, and
 // the package's properties and TCB rules. Infrastructures are not
 // evaluated (MarbleRun's validator ignores them too).
 func (c *Core) verifyMarbleQuote(ctx context.Context, quote []byte, leafCert *x509.Certificate, pkg manifest.Package) error {
@@ -285,7 +286,7 @@ func (c *Core) verifyMarbleQuote(ctx context.Context, quote []byte, leafCert *x5
 	if len(quote) == 0 {
 		return invalid(errors.New("the quote is empty"))
 	}
-	res, err := c.opts.QuoteVerifier.Verify(ctx, quote)
+	res, err := c.opts.QuoteVerifier.Verify(ctx, declaredQuote(quote))
 	if err != nil {
 		return invalid(err)
 	}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -31,7 +32,7 @@ func (p kindProvider) GetTDX(context.Context, [6]byte, collateral.CA) (*collater
 // synthetic Intel-like PKI: a TDX Marble with a TDX quote bound to its TLS
 // certificate is accepted; a wrong MRTD or RTMR, a disallowed TCB status,
 // an SGX quote for the TDX package and a TDX quote for the SGX package are
-// refused.
+// refused. Bytes after a quote's declared end are ignored.
 func TestActivateTDX(t *testing.T) {
 	admin := newFaultUser(t, "admin")
 	m := newMarbleClient(t)
@@ -85,6 +86,11 @@ func TestActivateTDX(t *testing.T) {
 	}{
 		{"TDX Marble accepted", "vm", upToDate, tdQuote(nil), ""},
 		{"SGX Marble still accepted", "backend", upToDate, sgxQuote, ""},
+		// Bytes after the declared quote are ignored, as by Intel's library.
+		{"TDX quote with zero padding", "vm", upToDate, append(tdQuote(nil), make([]byte, 70)...), ""},
+		{"TDX quote with other bytes after it", "vm", upToDate, append(tdQuote(nil), "trailing"...), ""},
+		{"SGX quote with bytes after it", "backend", upToDate, append(bytes.Clone(sgxQuote), 0, 1, 2), ""},
+		{"SGX quote with bytes after it, tampered inside", "backend", upToDate, append(flip(sgxQuote, 200), 0, 1, 2), "signature"},
 		{"wrong MRTD", "vm", upToDate, tdQuote(func(b *tdxquote.TDReport) { b.MRTD[47] ^= 1 }), "MRTD"},
 		{"wrong RTMR2", "vm", upToDate, tdQuote(func(b *tdxquote.TDReport) { b.RTMR[2][0] ^= 1 }), "RTMR"},
 		{"not bound to the certificate", "vm", upToDate, tdQuote(func(b *tdxquote.TDReport) { b.ReportData[0] ^= 1 }), "not bound to the TLS client certificate"},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/quarry-cc/quarry/internal/attest/collateral"
 	"github.com/quarry-cc/quarry/internal/attest/dcap"
+	"github.com/quarry-cc/quarry/internal/attest/sgxquote"
 	"github.com/quarry-cc/quarry/manifest"
 )
 
@@ -42,8 +43,11 @@ type SignQuoteResult struct {
 	// TCBStatus is Intel's status string (UpToDate, SWHardeningNeeded, ...).
 	TCBStatus string
 	// Signature is the ASN.1 ECDSA signature of the root key over
-	// SHA-256(base64std(quote) ‖ TCBStatus).
+	// SHA-256(base64std(Quote) ‖ TCBStatus).
 	Signature []byte
+	// Quote is the quote verified and signed: the one submitted without
+	// bytes after its declared end.
+	Quote []byte
 }
 
 // SignQuote verifies an SGX quote (raw or OE-wrapped) and signs the result
@@ -53,7 +57,10 @@ type SignQuoteResult struct {
 // verify, including one whose collateral has expired, gives a
 // *QuoteVerificationError; a TCB status other than UpToDate is not an
 // error, it is signed. The quote is not matched against the manifest's
-// packages. The signature covers the quote exactly as submitted.
+// packages. Only the declared quote is verified and signed (declaredQuote):
+// bytes after it are ignored, as Intel's verification library ignores them,
+// and are not covered by the signature; SignQuoteResult.Quote is what was
+// signed.
 func (c *Core) SignQuote(ctx context.Context, quote []byte) (SignQuoteResult, error) {
 	s := c.snap.Load()
 	if err := c.checkSignQuote(s); err != nil {
@@ -62,6 +69,7 @@ func (c *Core) SignQuote(ctx context.Context, quote []byte) (SignQuoteResult, er
 	if len(quote) == 0 {
 		return SignQuoteResult{}, &QuoteVerificationError{Err: errors.New("the quote is empty")}
 	}
+	quote = declaredQuote(quote)
 	res, err := c.opts.QuoteVerifier.Verify(ctx, quote)
 	switch {
 	case err == nil:
@@ -77,7 +85,20 @@ func (c *Core) SignQuote(ctx context.Context, quote []byte) (SignQuoteResult, er
 	if err != nil {
 		return SignQuoteResult{}, fmt.Errorf("sign-quote: signing: %w", err)
 	}
-	return SignQuoteResult{TCBStatus: status, Signature: sig}, nil
+	return SignQuoteResult{TCBStatus: status, Signature: sig, Quote: quote}, nil
+}
+
+// declaredQuote returns the quote (raw, or in an Open Enclave report) as its
+// own size fields declare it, without bytes after it (sgxquote.Declared):
+// Intel's verification library verifies the declared quote and ignores what
+// follows, so that is what the Coordinator verifies, signs and keeps. Input
+// whose size fields cannot be read is returned as it is, for the verifier to
+// refuse with its reason.
+func declaredQuote(quote []byte) []byte {
+	if d, err := sgxquote.Declared(quote); err == nil {
+		return d
+	}
+	return quote
 }
 
 // CheckSignQuote is sign-quote's cheap check before its body is read

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/sha256"
@@ -63,6 +64,34 @@ func TestSignQuote(t *testing.T) {
 				t.Fatalf("status %q", res.TCBStatus)
 			}
 			checkSignature(t, c, q, res)
+		}
+	})
+	t.Run("only the declared quote is verified and signed", func(t *testing.T) {
+		c := newSignQuoteCore(t, upToDate, signQuoteManifest)
+		wrapped := sgxquote.Wrap(quote)
+		for name, tc := range map[string]struct{ submitted, declared []byte }{
+			"raw with bytes after it":                 {append(bytes.Clone(quote), "ConfigurationAnd"...), quote},
+			"raw with zeros after it":                 {append(bytes.Clone(quote), make([]byte, 64)...), quote},
+			"OE-wrapped with bytes after it":          {append(bytes.Clone(wrapped), 1, 2, 3), wrapped},
+			"OE-wrapped, the OE length over the junk": {sgxquote.Wrap(append(bytes.Clone(quote), 9, 9)), wrapped},
+		} {
+			res, err := c.SignQuote(ctx, tc.submitted)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if !bytes.Equal(res.Quote, tc.declared) {
+				t.Fatalf("%s: signed %d bytes, want the declared %d", name, len(res.Quote), len(tc.declared))
+			}
+			checkSignature(t, c, tc.declared, res)
+			pub := c.snap.Load().ca.Root.PublicKey.(*ecdsa.PublicKey)
+			sum := sha256.Sum256([]byte(base64.StdEncoding.EncodeToString(tc.submitted) + res.TCBStatus))
+			if ecdsa.VerifyASN1(pub, sum[:], res.Signature) {
+				t.Fatalf("%s: the signature covers the bytes after the quote", name)
+			}
+		}
+		// A tampered quote with bytes after it is still refused.
+		if _, err := c.SignQuote(ctx, append(flip(quote, 200), 1)); err == nil {
+			t.Fatal("a tampered quote with a byte after it was signed")
 		}
 	})
 	t.Run("non-UpToDate status is signed", func(t *testing.T) {

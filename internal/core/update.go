@@ -333,8 +333,7 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 			return UpdateResult{}, err
 		}
 	}
-	st.PreviousSecrets = st.Secrets
-	if st.Secrets, err = c.updatedSecrets(s.manifest, m, st.Secrets, authority, m.Config.RotateRootSecret); err != nil {
+	if st.Secrets, st.PreviousSecrets, err = c.updatedSecrets(s.manifest, m, st.Secrets, st.PreviousSecrets, authority, m.Config.RotateRootSecret); err != nil {
 		return UpdateResult{}, err
 	}
 	if st.CA, err = authority.Persist(); err != nil {
@@ -415,23 +414,44 @@ func sealModeName(m string) string {
 	return m
 }
 
-// updatedSecrets computes the secrets after a full update, as MarbleRun
-// does: removed ones go; new or redefined ones are generated (user-defined
-// ones start empty); unchanged user-defined values and symmetric keys stay
-// (symmetric keys are renewed when the root secret rotates); other
-// generated secrets are re-issued under the new CA with the new template.
-func (c *Core) updatedSecrets(old, m *manifest.Manifest, cur map[string]secrets.Secret, a *ca.Authority, rotate bool) (map[string]secrets.Secret, error) {
+// updatedSecrets computes the secrets after a full update and their
+// previous values, as MarbleRun does (README.md, "Secrets across full
+// updates"; templates' .Previous.Secrets):
+//
+//   - removed secrets go, with their previous values;
+//   - new or redefined ones are generated (user-defined ones start empty),
+//     and the new value is their previous value too;
+//   - unchanged user-defined values, and unchanged symmetric keys unless the
+//     root secret rotates, keep their value and their previous value;
+//   - other generated secrets (certificates: the intermediate CA changes)
+//     are re-issued under the new CA with the new template, and the value
+//     they had becomes their previous value.
+//
+// So a secret's previous value changes only when the secret itself is
+// regenerated: a full update that rotates nothing leaves a symmetric key
+// and its .Previous as they were. prev is nil before the first full update
+// (a template's .Previous is then the current value); a kept secret's
+// previous value is then its current one.
+func (c *Core) updatedSecrets(old, m *manifest.Manifest, cur, prev map[string]secrets.Secret, a *ca.Authority, rotate bool) (next, nextPrev map[string]secrets.Secret, err error) {
 	regen := map[string]manifest.Secret{}
-	out := map[string]secrets.Secret{}
+	next = map[string]secrets.Secret{}
+	nextPrev = map[string]secrets.Secret{}
 	for name, def := range m.Secrets {
-		prev, had := cur[name]
+		value, had := cur[name]
 		oldDef, defined := old.Secrets[name]
 		unchanged := had && defined && sameDefinition(oldDef, def)
+		keep := unchanged && (def.UserDefined || (def.Type == manifest.SecretTypeSymmetric && !rotate))
 		switch {
-		case unchanged && def.UserDefined:
-			out[name] = prev
-		case unchanged && def.Type == manifest.SecretTypeSymmetric && !rotate:
-			out[name] = prev
+		case keep:
+			next[name] = value
+			if p, ok := prev[name]; ok {
+				nextPrev[name] = p
+			} else {
+				nextPrev[name] = value
+			}
+		case unchanged:
+			regen[name] = def
+			nextPrev[name] = value
 		default:
 			regen[name] = def
 		}
@@ -439,12 +459,17 @@ func (c *Core) updatedSecrets(old, m *manifest.Manifest, cur map[string]secrets.
 	gen, err := secrets.Generate(c.opts.Rand, regen, secretIssuer(a), c.opts.Now())
 	if err != nil {
 		if errors.Is(err, secrets.ErrInvalid) {
-			return nil, classify(ErrInvalidRequest, fmt.Errorf("generating secrets from manifest: %w", err))
+			return nil, nil, classify(ErrInvalidRequest, fmt.Errorf("generating secrets from manifest: %w", err))
 		}
-		return nil, fmt.Errorf("generating secrets from manifest: %w", err)
+		return nil, nil, fmt.Errorf("generating secrets from manifest: %w", err)
 	}
-	maps.Copy(out, gen)
-	return out, nil
+	for name, v := range gen {
+		next[name] = v
+		if _, ok := nextPrev[name]; !ok {
+			nextPrev[name] = v // new or redefined
+		}
+	}
+	return next, nextPrev, nil
 }
 
 // sameDefinition compares what defines a secret's value (not the

@@ -15,6 +15,8 @@
 //	subst [-n] IN OUT             copy IN to OUT, replacing ${VAR} with the script's env;
 //	                              -n drops the final newline (txtar files always end in one)
 //	ciphertext JSONFILE NAME OUT  write the base64 recovery secret NAME of JSONFILE to OUT, raw
+//	sha256 FILE VAR               VAR = the hex SHA-256 of FILE
+//	sigstruct KIND PATH           an SGX enclave signed with a test key (compat_test.go)
 package cli
 
 import (
@@ -88,6 +90,8 @@ func scriptParams(dir string) testscript.Params {
 			"usercert":    cmdUserCert,
 			"subst":       cmdSubst,
 			"ciphertext":  cmdCiphertext,
+			"sha256":      cmdSHA256,
+			"sigstruct":   cmdSigstruct,
 		},
 	}
 }

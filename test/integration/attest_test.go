@@ -322,7 +322,8 @@ func TestSignQuoteStatuses(t *testing.T) {
 // ‖ 12 bytes) ‖ "SWHardeningNeeded" when the quote's length is a multiple of
 // 3 ("ConfigurationAnd" is base64). A verifier that checks only the
 // signature accepts the spliced pair; the SDK's VerifyQuoteSignature accepts
-// the genuine answer and refuses the splice.
+// the genuine answer and refuses the splice. Submitted itself, the spliced
+// quote gets the answer for its declared part.
 func TestSignQuoteSplice(t *testing.T) {
 	s := newSGXPlatform(t, "ConfigurationAndSWHardeningNeeded", []string{"INTEL-SA-00615"})
 	c := startCoordinator(t, "", s.env()...)
@@ -358,9 +359,22 @@ func TestSignQuoteSplice(t *testing.T) {
 	if !errors.Is(err, client.ErrVerification) || !errors.Is(err, client.ErrQuoteInvalid) {
 		t.Fatalf("the SDK with the spliced quote and status %s: %v, want ErrVerification and ErrQuoteInvalid", splicedStatus, err)
 	}
-	// The Coordinator itself refuses to sign the spliced quote.
-	r, _ = postSignQuote(t, c, hc, map[string][]byte{"sgxQuote": spliced})
-	expect(t, r, http.StatusBadRequest, "fail")
+	// The Coordinator verifies and signs only the declared quote, as Intel's
+	// library ignores bytes after it: for the spliced quote it answers with
+	// the status of q and a signature that verifies for q; the SDK refuses
+	// that signature for the spliced quote, whatever the status.
+	r, d2 := postSignQuote(t, c, hc, map[string][]byte{"sgxQuote": spliced})
+	expect(t, r, http.StatusOK, "success")
+	if d2.TCBStatus != "ConfigurationAndSWHardeningNeeded" {
+		t.Fatalf("the spliced quote: tcbStatus %q, want the declared quote's", d2.TCBStatus)
+	}
+	checkQuoteSignature(t, c, hc, q, d2)
+	for _, status := range []string{splicedStatus, d2.TCBStatus} {
+		err := client.VerifyQuoteSignature(root, spliced, status, d2.Signature)
+		if !errors.Is(err, client.ErrVerification) || !errors.Is(err, client.ErrQuoteInvalid) {
+			t.Fatalf("the SDK with the Coordinator's answer for the spliced quote and status %s: %v, want ErrQuoteInvalid", status, err)
+		}
+	}
 }
 
 // TestGramineAttestation runs the coordinator with the Gramine issuer on a

@@ -2,8 +2,10 @@
 // and 5 when they carry an SGX enclave report body. It also adds and removes
 // the 16-byte Open Enclave "remote report" header that EGo and MarbleRun put
 // in front of a quote. Parsing is bounded by the input, checks every declared
-// size exactly, rejects trailing bytes and never panics. It does not verify
-// anything; see package dcap.
+// size exactly, rejects trailing bytes and never panics. DeclaredLen and
+// Declared find where a quote (SGX or TDX) ends by its own size fields, for
+// callers that ignore what follows it as Intel's verification library does.
+// It does not verify anything; see package dcap.
 package sgxquote
 
 import (
