@@ -15,7 +15,6 @@ import (
 
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/metrics"
-	"github.com/quarry-cc/quarry/internal/server/marbleapi"
 	"github.com/quarry-cc/quarry/internal/server/rest"
 )
 
@@ -123,7 +122,7 @@ func (a *App) grpcInterceptors() []grpc.UnaryServerInterceptor {
 // listenMetrics opens the metrics listener (nil without a metrics
 // address).
 func (a *App) listenMetrics() (net.Listener, error) {
-	if a.metrics == nil {
+	if a.cfg.PrometheusAddr == "" {
 		return nil, nil
 	}
 	ln, err := net.Listen("tcp", a.cfg.PrometheusAddr)
@@ -133,17 +132,16 @@ func (a *App) listenMetrics() (net.Listener, error) {
 	return ln, nil
 }
 
-// serveMetrics serves /metrics, /events, /healthz and /readyz over plain
-// HTTP on ln and returns the function that shuts the server down; with a
-// nil ln it does nothing. A failure of this server is logged; it does not
-// stop the Coordinator.
-func (a *App) serveMetrics(ln net.Listener, mesh *marbleapi.Server) func(context.Context) error {
+// serveMetrics serves h (/metrics, /events, /healthz and /readyz) over
+// plain HTTP on ln and returns the function that shuts the server down;
+// with a nil ln it does nothing. A failure of this server is logged; it
+// does not stop the Coordinator.
+func (a *App) serveMetrics(ln net.Listener, h http.Handler) func(context.Context) error {
 	if ln == nil {
 		return func(context.Context) error { return nil }
 	}
-	a.metrics.InitializeGRPC(mesh)
 	srv := &http.Server{
-		Handler:           metrics.Handler(a.metrics.Registry(), a.core, a.probe, a.log),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      time.Minute,
