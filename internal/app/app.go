@@ -283,8 +283,11 @@ func (a *App) Run(ctx context.Context) error {
 		a.release()
 		return err
 	}
+	// With the file store the state is loaded (New); with store etcd it
+	// is loaded while the servers answer that the Coordinator is starting.
+	live := a.core != nil
 	st := newStartStatus()
-	g, err := a.newGate(st) // starting.go
+	g, err := a.newGate(st, !live) // starting.go
 	if err != nil {
 		ls.close()
 		a.release()
@@ -322,21 +325,22 @@ func (a *App) Run(ctx context.Context) error {
 		Logger:         a.log,
 		Interceptors:   []grpc.UnaryServerInterceptor{g.intercept},
 	})
-	stopMetrics := a.serveMetrics(ls.metrics, g.metricsHandler())
 
-	// With the file store the state is loaded (New); with store etcd it
-	// is loaded while the servers answer that the Coordinator is starting.
-	live := a.core != nil
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	var loaded chan error
-	stopPeer := ls.closePeer
+	stopPeer := func() {}
 	if live {
-		stopPeer = a.goLive(ctx, g, mesh, ls.peer, bodyMem)
+		if stopPeer, err = a.goLive(ctx, g, mesh, bodyMem); err != nil {
+			ls.close()
+			a.release()
+			return err
+		}
 	} else {
 		loaded = make(chan error, 1)
 		go func() { loaded <- a.startShared(loadCtx, st) }()
 	}
+	stopMetrics := a.serveMetrics(ls.metrics, g.metricsHandler())
 
 	clientErr, meshErr := make(chan error, 1), make(chan error, 1)
 	go func() { clientErr <- srv.ServeTLS(ln, "", "") }()
@@ -367,7 +371,14 @@ func (a *App) Run(ctx context.Context) error {
 				stop = true
 				break
 			}
-			stopPeer = a.goLive(ctx, g, mesh, ls.peer, bodyMem)
+			stopServing, err := a.goLive(ctx, g, mesh, bodyMem)
+			if err != nil {
+				failure = fmt.Errorf("cannot start: %w", err)
+				a.log.Error("cannot start; shutting down", "error", err.Error())
+				stop = true
+				break
+			}
+			stopPeer = stopServing
 			a.log.Info("state loaded; serving", "state", int(a.core.Status()), "after", time.Since(start).String())
 		case err := <-clientErr:
 			failure = fmt.Errorf("client API: %w", err)
@@ -410,9 +421,15 @@ func (a *App) Run(ctx context.Context) error {
 
 // goLive serves the loaded Coordinator through the gate: the Client API's
 // handler and certificate, the Marble API's certificate and activations,
-// the metrics, and the peer key server; with a shared store it follows
-// the other instances. It returns the peer key server's stop.
-func (a *App) goLive(ctx context.Context, g *gate, mesh *marbleapi.Server, peerLn net.Listener, bodyMem int64) (stopPeer func()) {
+// the metrics, and the peer key server (its listener is opened only now:
+// before, another instance that dials it is refused at once instead of
+// waiting); with a shared store it follows the other instances. It
+// returns the peer key server's stop.
+func (a *App) goLive(ctx context.Context, g *gate, mesh *marbleapi.Server, bodyMem int64) (stopPeer func(), err error) {
+	peerLn, err := a.listenPeer() // peer.go
+	if err != nil {
+		return nil, err
+	}
 	go a.core.Follow(ctx) // with a shared store: follow the other instances
 	var fresh *freshness  // with a shared store: every handshake presents the newest state's certificates
 	if a.core.Shared() {
@@ -440,12 +457,12 @@ func (a *App) goLive(ctx context.Context, g *gate, mesh *marbleapi.Server, peerL
 	}
 	stopPeer = a.servePeer(peerLn, a.verifier) // peer.go
 	g.live.Store(l)
-	return stopPeer
+	return stopPeer, nil
 }
 
-// listeners are the App's open listeners (nil: not configured).
+// listeners are the App's open listeners (metrics nil: not configured).
 type listeners struct {
-	client, mesh, metrics, peer net.Listener
+	client, mesh, metrics net.Listener
 }
 
 // listen opens every listener, or none.
@@ -463,25 +480,14 @@ func (a *App) listen() (*listeners, error) {
 		ls.close()
 		return nil, err
 	}
-	if ls.peer, err = a.listenPeer(); err != nil { // peer.go
-		ls.close()
-		return nil, err
-	}
 	return ls, nil
 }
 
 func (ls *listeners) close() {
-	for _, ln := range []net.Listener{ls.client, ls.mesh, ls.metrics, ls.peer} {
+	for _, ln := range []net.Listener{ls.client, ls.mesh, ls.metrics} {
 		if ln != nil {
 			ln.Close()
 		}
-	}
-}
-
-// closePeer closes the peer key server's listener that was never served.
-func (ls *listeners) closePeer() {
-	if ls.peer != nil {
-		ls.peer.Close()
 	}
 }
 

@@ -216,17 +216,22 @@ type liveServers struct {
 	intercept              grpc.UnaryServerInterceptor // nil without metrics
 }
 
-func (a *App) newGate(st *startStatus) (*gate, error) {
-	dns, ips := a.cfg.SplitNames()
-	cert, err := temporaryCertificate(dns, ips, time.Now())
-	if err != nil {
-		return nil, fmt.Errorf("the temporary certificate: %w", err)
-	}
-	return &gate{
-		temporary:       cert,
+// newGate makes the gate; the temporary certificate only when the gate
+// will serve before the state is loaded (starting).
+func (a *App) newGate(st *startStatus, starting bool) (*gate, error) {
+	g := &gate{
 		startingClient:  rest.Starting(st, a.log),
 		startingMetrics: metrics.Handler(prometheus.NewRegistry(), noEvents{}, st, a.log),
-	}, nil
+	}
+	if starting {
+		dns, ips := a.cfg.SplitNames()
+		cert, err := temporaryCertificate(dns, ips, time.Now())
+		if err != nil {
+			return nil, fmt.Errorf("the temporary certificate: %w", err)
+		}
+		g.temporary = cert
+	}
+	return g, nil
 }
 
 func (g *gate) clientHandler() http.Handler {
