@@ -363,18 +363,16 @@ func (a *App) Run(ctx context.Context) error {
 			loaded = nil // received
 			if err != nil {
 				if ctx.Err() == nil {
-					failure = fmt.Errorf("cannot start: %w", err)
-					a.log.Error("cannot start; shutting down", "error", err.Error())
-				} else {
-					a.log.Info("shutting down")
+					failure = &StartError{Err: err}
 				}
+				a.log.Info("shutting down")
 				stop = true
 				break
 			}
 			stopServing, err := a.goLive(ctx, g, mesh, bodyMem)
 			if err != nil {
-				failure = fmt.Errorf("cannot start: %w", err)
-				a.log.Error("cannot start; shutting down", "error", err.Error())
+				failure = &StartError{Err: err}
+				a.log.Info("shutting down")
 				stop = true
 				break
 			}
@@ -418,6 +416,14 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	return errors.Join(failure, shutErr, metricsErr)
 }
+
+// StartError is Run's error when a start on a shared store ended for a
+// reason waiting does not cure (docs/ha.md, "Starting while etcd is
+// unreachable"): the Coordinator did not start.
+type StartError struct{ Err error }
+
+func (e *StartError) Error() string { return e.Err.Error() }
+func (e *StartError) Unwrap() error { return e.Err }
 
 // goLive serves the loaded Coordinator through the gate: the Client API's
 // handler and certificate, the Marble API's certificate and activations,
