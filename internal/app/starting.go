@@ -127,7 +127,7 @@ func publicCause(err error) string {
 	case errors.Is(err, etcdstore.ErrUnreachable):
 		return "no etcd endpoint answered"
 	case errors.Is(err, context.DeadlineExceeded):
-		return "etcd did not answer within the store timeout"
+		return "etcd did not answer in time"
 	case errors.As(err, &etcdErr):
 		return "etcd answered " + etcdErr.Error()
 	}

@@ -43,15 +43,15 @@ func TestStartStatusReason(t *testing.T) {
 	if got := reason(); got != "starting: connecting to etcd" {
 		t.Errorf("before a failure: %q", got)
 	}
-	if n, log := st.fail("etcd did not answer within the store timeout", 2500*time.Millisecond); n != 1 || !log {
+	if n, log := st.fail("etcd did not answer in time", 2500*time.Millisecond); n != 1 || !log {
 		t.Errorf("first failure: attempt %d, logged %v", n, log)
 	}
-	if got, want := reason(), "waiting for etcd: etcd did not answer within the store timeout; attempt 1, next in 3s"; got != want {
+	if got, want := reason(), "waiting for etcd: etcd did not answer in time; attempt 1, next in 3s"; got != want {
 		t.Errorf("waiting: %q, want %q", got, want)
 	}
 	now = now.Add(3 * time.Second)
 	st.set("loading the state from etcd")
-	if got, want := reason(), "waiting for etcd: etcd did not answer within the store timeout; attempt 1, attempt 2 under way (loading the state from etcd)"; got != want {
+	if got, want := reason(), "waiting for etcd: etcd did not answer in time; attempt 1, attempt 2 under way (loading the state from etcd)"; got != want {
 		t.Errorf("under way: %q, want %q", got, want)
 	}
 	for i := 2; i <= 8; i++ {
@@ -80,7 +80,7 @@ func TestPublicCause(t *testing.T) {
 	}{
 		{fmt.Errorf("etcdstore: %w: %s: the server's certificate is not trusted: x509: CN=etcd-internal", etcdstore.ErrTLS, secret), "TLS with etcd failed"},
 		{fmt.Errorf("etcdstore: %w (endpoints %s, 3 attempts): dial tcp 10.1.2.3:2379", etcdstore.ErrUnreachable, secret), "no etcd endpoint answered"},
-		{fmt.Errorf("%w: joining the instances in etcd: etcdstore: member lease %s: %w", core.ErrUnavailable, secret, context.DeadlineExceeded), "did not answer within the store timeout"},
+		{fmt.Errorf("%w: joining the instances in etcd: etcdstore: member lease %s: %w", core.ErrUnavailable, secret, context.DeadlineExceeded), "did not answer in time"},
 		{fmt.Errorf("load %s: %w", secret, rpctypes.ErrNoLeader), "etcd answered etcdserver: no leader"},
 		{fmt.Errorf("rpc error: connection error: dial tcp %s: connection refused", secret), "etcd could not be used"},
 	} {

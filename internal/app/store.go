@@ -58,9 +58,10 @@ func (a *App) connectEtcd(ctx context.Context, onRetry func(err error, wait time
 	return etcdstore.Connect(ctx, etcdstore.Options{
 		Endpoints: s.EtcdEndpoints, Prefix: s.EtcdPrefix,
 		CAFile: s.EtcdCA, CertFile: s.EtcdCert, KeyFile: s.EtcdKey,
-		// Each attempt is one step with etcd (the store timeout); the
-		// connection itself goes on being made between attempts.
-		DialTimeout: s.Timeout, ConnectAttempts: -1, Backoff: startBackoff,
+		// Each attempt has etcdstore's default dial timeout (2 s), which
+		// also bounds the client's connection attempts; it is not tied to
+		// the store timeout, which bounds the steps of requests.
+		ConnectAttempts: -1, Backoff: startBackoff,
 		OnRetry: func(_ int, err error, wait time.Duration) { onRetry(err, wait) },
 	})
 }
