@@ -231,6 +231,9 @@ func TestHAEtcdUnreachableAtStart(t *testing.T) {
 	if fams := scrape(t, c); !hasValue(fams, "coordinator_state", 3) {
 		t.Error("coordinator_state is not 3 once the state is loaded")
 	}
+	if strings.Contains(c.Logs(), "DATA RACE") { // a -race build: the switch from starting to serving
+		t.Fatalf("data race in the coordinator:\n%s", c.Logs())
+	}
 }
 
 func hasValue(f families, name string, want float64) bool {
@@ -257,7 +260,7 @@ func TestHAEtcdUnreachableSIGTERM(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("stopped %v after SIGTERM, want within 5 s", took)
 	}
-	if !strings.Contains(c.Logs(), `"msg":"stopped"`) {
+	if !strings.Contains(c.Logs(), `"msg":"stopped"`) || strings.Contains(c.Logs(), "DATA RACE") {
 		t.Errorf("no clean stop in the log:\n%s", c.Logs())
 	}
 }
