@@ -262,7 +262,8 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	snap, err := c.load(ctx)
 	if errors.Is(err, errSharedRead) {
 		// Nothing is decided about the state: the start may be tried
-		// again when the store answers (docs/ha.md, "etcd unreachable").
+		// again when the store answers (docs/ha.md, "Starting while etcd is
+		// unreachable").
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if err != nil {
