@@ -509,3 +509,91 @@ func TestPlainManifestsUpToDate(t *testing.T) {
 	objs := parse(t, got)
 	checkCoordinator(t, objs, render(t, objs))
 }
+
+// TestChartPeerNetworkPolicy: with ha.enabled the chart adds a
+// NetworkPolicy on the Coordinator pods under which only those pods reach
+// the peer port, and every other port of the container stays reachable
+// from anywhere; ha.networkPolicy.enabled=false leaves it out, and a
+// single instance (no peer port) has none.
+func TestChartPeerNetworkPolicy(t *testing.T) {
+	objs := objects(t, haSets...)
+	r := render(t, objs)
+	nps := byKind(objs, "NetworkPolicy")
+	if len(nps) != 1 {
+		t.Fatalf("%d NetworkPolicies with ha.enabled, want 1", len(nps))
+	}
+	np := nps[0]
+	pods := get(r.sts, "spec", "template", "metadata", "labels")
+	if !matches(get(np, "spec", "podSelector", "matchLabels").(obj), pods) {
+		t.Fatal("the NetworkPolicy does not select the Coordinator pods")
+	}
+	if types := list(np, "spec", "policyTypes"); len(types) != 1 || types[0] != "Ingress" {
+		t.Fatalf("policyTypes %v, want [Ingress]", types)
+	}
+	// portNumber resolves a rule's port (a number or a container port's
+	// name) to the container port.
+	portNumber := func(p any) float64 {
+		switch v := get(p, "port").(type) {
+		case float64:
+			return v
+		case string:
+			n, ok := r.ports[v]
+			if !ok {
+				t.Fatalf("the NetworkPolicy names port %q, which the container does not have", v)
+			}
+			return n
+		}
+		t.Fatalf("rule port %v", p)
+		return 0
+	}
+	peerPort := r.ports["peer"]
+	if peerPort == 0 || peerPort != port(t, r.cfg.Store.PeerAddr) {
+		t.Fatalf("peer port %v, QUARRY_PEER_ADDR %q", peerPort, r.cfg.Store.PeerAddr)
+	}
+	open := map[float64]bool{} // reachable from anywhere
+	peerFromPods := false
+	for _, rule := range list(np, "spec", "ingress") {
+		from := list(rule, "from")
+		for _, p := range list(rule, "ports") {
+			n := portNumber(p)
+			if len(from) == 0 {
+				open[n] = true
+				continue
+			}
+			if n != peerPort {
+				continue
+			}
+			for _, f := range from {
+				if get(f, "namespaceSelector") != nil || get(f, "ipBlock") != nil {
+					t.Errorf("the peer port is open to %v", f)
+				}
+				sel, _ := get(f, "podSelector", "matchLabels").(obj)
+				if !matches(sel, pods) {
+					t.Errorf("the peer port is open to pods %v, not only the Coordinator's", sel)
+				}
+			}
+			peerFromPods = true
+		}
+		if len(list(rule, "ports")) == 0 {
+			t.Errorf("a rule without ports opens every port: %v", rule)
+		}
+	}
+	if open[peerPort] {
+		t.Fatal("the peer port is reachable from anywhere")
+	}
+	if !peerFromPods {
+		t.Fatal("the other Coordinator pods cannot reach the peer port")
+	}
+	for name, n := range r.ports {
+		if name != "peer" && !open[n] {
+			t.Errorf("port %s (%v) is no longer reachable", name, n)
+		}
+	}
+
+	if nps := byKind(objects(t, append(slices.Clone(haSets), "ha.networkPolicy.enabled=false")...), "NetworkPolicy"); len(nps) != 0 {
+		t.Errorf("ha.networkPolicy.enabled=false: %d NetworkPolicies", len(nps))
+	}
+	if nps := byKind(objects(t), "NetworkPolicy"); len(nps) != 0 {
+		t.Errorf("without ha: %d NetworkPolicies", len(nps))
+	}
+}

@@ -19,6 +19,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/quarry-cc/quarry/internal/admission"
 	"github.com/quarry-cc/quarry/internal/attest"
 	"github.com/quarry-cc/quarry/internal/attest/collateral"
 	"github.com/quarry-cc/quarry/internal/ca"
@@ -46,6 +47,8 @@ const (
 	// writeTimeout bounds the reading of a request's body, its handling and
 	// the writing of its answer.
 	writeTimeout = 2 * time.Minute
+	// readTimeout bounds the reading of a request, headers and body.
+	readTimeout = 2 * time.Minute
 	// requestTimeout is the deadline of a request's context: shorter than
 	// writeTimeout, so that the Coordinator abandons a use case (and stores
 	// nothing) while its answer can still be written, instead of storing a
@@ -207,6 +210,8 @@ func (a *App) loadCore(ctx context.Context, data, key store.Store) error {
 		MaxStateBytes:     int(a.cfg.MaxStateBytes),
 		AllowQuoteFailure: a.cfg.DevMode,
 		SecretLimits:      secrets.Limits{MaxSecrets: a.cfg.MaxSecrets, MaxWork: a.cfg.MaxSecretGeneration},
+		CounterLimits: core.CounterLimits{MaxPerMarble: a.cfg.MaxCountersPerMarble,
+			MaxNameBytes: a.cfg.MaxCounterName, MaxTotal: a.cfg.MaxCounters},
 		// Every activation attempt is logged by the core itself.
 		ActivationEvents: activationEvents(a.cfg.ActivationEvents),
 		OnActivation:     a.hooks.onActivation,
@@ -278,28 +283,32 @@ func (a *App) applyStartupManifest(ctx context.Context) error {
 // until then both APIs answer that the Coordinator is starting; a start
 // that cannot succeed (a wrong configuration) ends Run with its reason.
 func (a *App) Run(ctx context.Context) error {
+	limits := a.admitClients() // limits.go: raises and logs the file descriptor limit
 	ls, err := a.listen()
 	if err != nil {
 		a.release()
 		return err
 	}
+	admitted := admission.NewListener(ls.client, limits) // connections per source and in all
 	// With the file store the state is loaded (New); with store etcd it
 	// is loaded while the servers answer that the Coordinator is starting.
 	live := a.core != nil
 	st := newStartStatus()
 	g, err := a.newGate(st, !live) // starting.go
 	if err != nil {
+		admitted.Close()
 		ls.close()
 		a.release()
 		return err
 	}
-	ln := rest.GuardPlainHTTP(ls.client) // plain HTTP gets a JSend 400, not net/http's text
+	ln := rest.GuardPlainHTTP(admitted) // plain HTTP gets a JSend 400, not net/http's text
+	go a.logAdmission(ctx, admitted)
 	bodyMem, bodyMemSource := bodyMemory(readSystemFile)
 	srv := &http.Server{
 		Handler:           g.clientHandler(),
 		TLSConfig:         rest.TLSConfig(g.clientCertificate),
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
+		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       2 * time.Minute,
 		// Well above the documented limit (rest.MaxHeaderBytes), which the
@@ -310,6 +319,9 @@ func (a *App) Run(ctx context.Context) error {
 		// net/http's empty 200.
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     slog.NewLogLogger(a.log.Handler(), a.cfg.HTTPErrorLogLevel),
+
+		// Connections in a request are never evicted for a newcomer.
+		ConnState: admitted.ConnState,
 		HTTP2: &http.HTTP2Config{
 			// Few concurrent requests per connection, and little buffered
 			// body per stream and connection: one client must not make
@@ -320,18 +332,23 @@ func (a *App) Run(ctx context.Context) error {
 		},
 	}
 	mesh := marbleapi.New(g, g.marbleCertificate, marbleapi.Options{
-		MaxSendBytes:   marbleapi.MaxSendBytesFor(a.cfg.MaxManifestBytes),
-		RequestTimeout: requestTimeout,
-		Logger:         a.log,
-		Interceptors:   []grpc.UnaryServerInterceptor{g.intercept},
+		MaxSendBytes:            marbleapi.MaxSendBytesFor(a.cfg.MaxManifestBytes),
+		MaxConnections:          a.cfg.Mesh.MaxConnections,
+		MaxConnectionsPerSource: a.cfg.Mesh.MaxConnectionsPerSource,
+		OnRefuse:                a.refusalLog("marble API"), // limits.go
+		RequestTimeout:          requestTimeout,
+		Logger:                  a.log,
+		Interceptors:            []grpc.UnaryServerInterceptor{g.intercept},
 	})
+	serving := servingOptions{bodyMemory: bodyMem, maxRequestsPerSource: limits.MaxPerSource}
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	var loaded chan error
 	stopPeer := func() {}
 	if live {
-		if stopPeer, err = a.goLive(ctx, g, mesh, bodyMem); err != nil {
+		if stopPeer, err = a.goLive(ctx, g, mesh, serving); err != nil {
+			admitted.Close()
 			ls.close()
 			a.release()
 			return err
@@ -369,7 +386,7 @@ func (a *App) Run(ctx context.Context) error {
 				stop = true
 				break
 			}
-			stopServing, err := a.goLive(ctx, g, mesh, bodyMem)
+			stopServing, err := a.goLive(ctx, g, mesh, serving)
 			if err != nil {
 				failure = &StartError{Err: err}
 				a.log.Info("shutting down")
@@ -431,7 +448,7 @@ func (e *StartError) Unwrap() error { return e.Err }
 // before, another instance that dials it is refused at once instead of
 // waiting); with a shared store it follows the other instances. It
 // returns the peer key server's stop.
-func (a *App) goLive(ctx context.Context, g *gate, mesh *marbleapi.Server, bodyMem int64) (stopPeer func(), err error) {
+func (a *App) goLive(ctx context.Context, g *gate, mesh *marbleapi.Server, so servingOptions) (stopPeer func(), err error) {
 	peerLn, err := a.listenPeer() // peer.go
 	if err != nil {
 		return nil, err
@@ -445,10 +462,17 @@ func (a *App) goLive(ctx context.Context, g *gate, mesh *marbleapi.Server, bodyM
 		MaxManifestBytes: a.cfg.MaxManifestBytes,
 		EnableV1Recover:  a.cfg.EnableV1Recover,
 		RequestTimeout:   requestTimeout,
-		BodyMemory:       bodyMem,
+		BodyMemory:       so.bodyMemory,
 		Logger:           a.log,
 		Metrics:          a.restMetrics(),
 		Readiness:        a.probe,
+
+		// Bodies keep a minimum rate and arrive within the read timeout;
+		// requests in progress are bounded per source like connections.
+		MinBodyRate:          a.cfg.Client.MinBodyRate,
+		BodyGrace:            a.cfg.Client.BodyGrace,
+		BodyTimeout:          readTimeout,
+		MaxRequestsPerSource: so.maxRequestsPerSource,
 	})
 	l := &liveServers{
 		core:       a.core,
@@ -464,6 +488,13 @@ func (a *App) goLive(ctx context.Context, g *gate, mesh *marbleapi.Server, bodyM
 	stopPeer = a.servePeer(peerLn, a.verifier) // peer.go
 	g.live.Store(l)
 	return stopPeer, nil
+}
+
+// servingOptions are what Run decided for the Client API that the
+// Coordinator's handler needs once the state is loaded.
+type servingOptions struct {
+	bodyMemory           int64
+	maxRequestsPerSource int
 }
 
 // listeners are the App's open listeners (metrics nil: not configured).

@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/metrics"
 	"github.com/quarry-cc/quarry/internal/server/rest"
@@ -109,14 +107,6 @@ func (a *App) restMetrics() rest.RequestMetrics {
 		return nil
 	}
 	return a.metrics.Requests()
-}
-
-// grpcInterceptors returns the Marble API's metrics interceptor, if any.
-func (a *App) grpcInterceptors() []grpc.UnaryServerInterceptor {
-	if a.metrics == nil {
-		return nil
-	}
-	return []grpc.UnaryServerInterceptor{a.metrics.GRPCInterceptor()}
 }
 
 // listenMetrics opens the metrics listener (nil without a metrics

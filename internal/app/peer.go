@@ -11,10 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/quarry-cc/quarry/internal/attest"
 	"github.com/quarry-cc/quarry/internal/attest/sgxquote"
 	"github.com/quarry-cc/quarry/internal/core"
+	"github.com/quarry-cc/quarry/internal/limit"
 	"github.com/quarry-cc/quarry/internal/peer"
 	"github.com/quarry-cc/quarry/internal/seal"
 )
@@ -176,13 +178,20 @@ func (a *App) servePeer(ln net.Listener, verifier core.QuoteVerifier) (stop func
 	if ln == nil {
 		return func() {}
 	}
+	// Refusals come from anyone who reaches the port: logged at most once
+	// per refusalLogInterval (limits.go), with the count left out.
+	refused := &limit.Sampler{Every: refusalLogInterval}
+	insecure := a.cfg.Store.InsecurePeerTrust && a.peer.self == nil
 	s := &peer.Server{
 		Keys: a.core, Self: a.peer.self, Issuer: a.peer.client.Issuer, Certificate: a.peer.client.Certificate,
 		InsecureTrust: a.cfg.Store.InsecurePeerTrust,
+		OnRefuse:      a.refusalLog("peer key server"),
 		OnResult: func(r peer.Result) {
 			switch {
 			case r.Err != nil:
-				a.log.Warn("peer key request refused", "remote", r.Remote, "reason", r.Err.Error())
+				if ok, left := refused.Allow(time.Now()); ok {
+					a.log.Warn("peer key request refused", "remote", r.Remote, "reason", r.Err.Error(), "refusalsNotLogged", left)
+				}
 			case a.peer.self == nil:
 				a.log.Warn("INSECURE: gave the data key to an instance without attestation (--insecure-peer-trust, simulation)", "remote", r.Remote)
 			default:
@@ -200,7 +209,12 @@ func (a *App) servePeer(ln net.Listener, verifier core.QuoteVerifier) (stop func
 			a.log.Error("peer key server stopped", "error", err.Error())
 		}
 	}()
-	a.log.Info("peer key server listening", "addr", ln.Addr().String(), "advertised", a.cfg.Store.PeerDialAddr())
+	if insecure {
+		a.log.Warn("peer key server listening; INSECURE: it gives the data key to instances without attestation (--insecure-peer-trust, simulation)",
+			"addr", ln.Addr().String(), "advertised", a.cfg.Store.PeerDialAddr())
+	} else {
+		a.log.Info("peer key server listening", "addr", ln.Addr().String(), "advertised", a.cfg.Store.PeerDialAddr())
+	}
 	return func() {
 		ln.Close()
 		s.Close()

@@ -52,7 +52,7 @@ func forbid(t *testing.T, pkg string, prefixes ...string) {
 func TestLeavesHaveNoTransportOrLogger(t *testing.T) {
 	leaves := []string{"manifest", "internal/ca", "internal/seal", "internal/store/...", "internal/recovery",
 		"internal/updatelog", "internal/user", "internal/secrets", "internal/marblerun/...", "internal/attest/...", "api/...",
-		"internal/peer"}
+		"internal/peer", "internal/limit"}
 	for _, pattern := range leaves {
 		for _, pkg := range packages(t, pattern) {
 			// The PCCS client is the attest leaf's one HTTP adapter, and the

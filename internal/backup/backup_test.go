@@ -567,8 +567,18 @@ func FuzzDecode(f *testing.F) {
 	f.Add(good[:len(good)/2])
 	f.Add([]byte{})
 	f.Add(encode(f, withSegments(f, s.archive(f), 0, 1)))
+	// Sparse files that claim far more than they hold (sparse_test.go).
+	for _, format := range []string{"1.0", "0.1", "0.0", "gnu"} {
+		f.Add(sparseBackup(f, format, 1<<20))
+	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		a, err := Decode(bytes.NewReader(raw))
+		var a *Archive
+		var err error
+		// The memory Decode takes grows with the file, never with the
+		// sizes the file claims.
+		if used := allocated(func() { a, err = Decode(bytes.NewReader(raw)) }); used > uint64(4*len(raw))+8<<20 {
+			t.Fatalf("Decode of %d bytes allocated %d bytes", len(raw), used)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)

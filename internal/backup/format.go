@@ -25,7 +25,9 @@
 //	SHA256SUM           hex SHA-256 and a newline, over the entries
 //	                    before it, each framed as name NUL size NUL content
 //
-// and nothing else; the descriptor lists the files in archive order.
+// and nothing else; the descriptor lists the files in archive order, each
+// entry is exactly the size the descriptor gives it, and none is a sparse
+// file.
 // Version 1 is the same without updatelog entries; it is still read.
 // `tar -xf` unpacks it; `sha256sum` checks the files against the
 // descriptor.
@@ -40,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -271,10 +274,20 @@ func (a *Archive) Encode(w io.Writer) error {
 // entry, the descriptor's sizes and hashes, the checksum, that nothing
 // else follows, and Check. Any problem is an error wrapping ErrInvalid
 // that says what is wrong.
+//
+// What it reads is bounded before it is read: each entry must be a plain
+// regular file (no sparse file, whose holes the tar reader would expand
+// into zeros), exactly as large as the descriptor declares, and within the
+// format's limit for that file; and no entry may yield more bytes than the
+// archive itself supplied. So the memory a backup file can make Decode use
+// grows with the file's real size, never with sizes it claims.
 func Decode(r io.Reader) (*Archive, error) {
 	cr := &countingReader{r: r}
 	tr := tar.NewReader(cr)
-	next := func(want string, limit int64) ([]byte, error) {
+	content := &contentReader{r: tr, in: cr}
+	// next reads the entry want: its size must be declared (declared < 0:
+	// the descriptor itself, which declares nothing) and at most limit.
+	next := func(want string, declared, limit int64) ([]byte, error) {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("%w: truncated: the archive ends before %s", ErrInvalid, want)
@@ -285,24 +298,26 @@ func Decode(r io.Reader) (*Archive, error) {
 		if hdr.Name != want {
 			return nil, fmt.Errorf("%w: entry %q where %s belongs", ErrInvalid, hdr.Name, want)
 		}
+		if isSparse(hdr) {
+			return nil, fmt.Errorf("%w: %s is a sparse file (GNU sparse format); a Quarry backup holds plain regular files only (was the archive repacked by another tool?)", ErrInvalid, want)
+		}
 		if hdr.Typeflag != tar.TypeReg {
 			return nil, fmt.Errorf("%w: %s is not a regular file (type %q)", ErrInvalid, want, hdr.Typeflag)
 		}
 		if hdr.Size < 0 || hdr.Size > limit {
 			return nil, fmt.Errorf("%w: %s of %d bytes exceeds %d", ErrInvalid, want, hdr.Size, limit)
 		}
-		// Grow with the data read, not with the size claimed.
-		b, err := io.ReadAll(io.LimitReader(tr, hdr.Size))
-		if err == nil && int64(len(b)) != hdr.Size {
-			err = io.ErrUnexpectedEOF
+		if declared >= 0 && hdr.Size != declared {
+			return nil, fmt.Errorf("%w: the entry %s is %d bytes, the descriptor declares %d: corrupt", ErrInvalid, want, hdr.Size, declared)
 		}
+		b, err := readContent(content, hdr.Size)
 		if err != nil {
 			return nil, fmt.Errorf("%w: reading %s: %s", ErrInvalid, want, describe(err))
 		}
 		return b, nil
 	}
 
-	rawDesc, err := next(descriptorName, maxDescriptor)
+	rawDesc, err := next(descriptorName, -1, maxDescriptor)
 	if err != nil {
 		return nil, err
 	}
@@ -321,6 +336,14 @@ func Decode(r io.Reader) (*Archive, error) {
 	if len(desc.Files) < 2 || desc.Files[0].Name != DataFile || desc.Files[1].Name != KeyFile ||
 		(desc.Version == 1 && len(desc.Files) != 2) {
 		return nil, fmt.Errorf("%w: the descriptor must list %s and %s first, in that order (and nothing else in version 1)", ErrInvalid, DataFile, KeyFile)
+	}
+	for _, f := range []struct {
+		d     fileDesc
+		limit int64
+	}{{desc.Files[0], MaxFileSize}, {desc.Files[1], maxKeyFile}} {
+		if f.d.Size < 0 || f.d.Size > f.limit {
+			return nil, fmt.Errorf("%w: the descriptor declares %s of %d bytes; at most %d are allowed", ErrInvalid, f.d.Name, f.d.Size, f.limit)
+		}
 	}
 	// The segments: LogDir/<n>, n strictly ascending.
 	var segs []Segment
@@ -344,17 +367,17 @@ func Decode(r io.Reader) (*Archive, error) {
 		}
 		segs = append(segs, Segment{Index: n})
 	}
-	data, err := next(DataFile, MaxFileSize)
+	data, err := next(DataFile, desc.Files[0].Size, MaxFileSize)
 	if err != nil {
 		return nil, err
 	}
-	key, err := next(KeyFile, maxKeyFile)
+	key, err := next(KeyFile, desc.Files[1].Size, maxKeyFile)
 	if err != nil {
 		return nil, err
 	}
 	blobs := [][]byte{data, key}
 	for i := range segs {
-		if segs[i].Blob, err = next(segs[i].Name(), MaxSegmentSize); err != nil {
+		if segs[i].Blob, err = next(segs[i].Name(), desc.Files[2+i].Size, MaxSegmentSize); err != nil {
 			return nil, err
 		}
 		blobs = append(blobs, segs[i].Blob)
@@ -367,7 +390,7 @@ func Decode(r io.Reader) (*Archive, error) {
 		}
 		entries = append(entries, [2][]byte{[]byte(f.Name), b})
 	}
-	got, err := next(checksumName, 2*sha256.Size+1)
+	got, err := next(checksumName, 2*sha256.Size+1, 2*sha256.Size+1)
 	if err != nil {
 		return nil, err
 	}
@@ -406,6 +429,67 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// isSparse reports whether hdr is a GNU sparse file: the old GNU type 'S',
+// or a PAX entry with GNU.sparse records (formats 0.0, 0.1 and 1.0), which
+// the tar reader expands to its real size by filling the holes with zeros.
+func isSparse(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
+}
+
+// errExpands: entries yielded more bytes than the archive holds.
+var errExpands = errors.New("the entries yield more bytes than the archive holds (an expanded sparse or otherwise synthesised entry)")
+
+// contentReader hands out the content of the archive's entries and fails
+// as soon as, all entries together, it has handed out more bytes than were
+// read from the archive: plain entries are stored byte for byte, so only
+// an entry the tar reader synthesises (such as a sparse file's holes) can
+// do that. It bounds the total expansion by the archive's own size.
+type contentReader struct {
+	r   io.Reader
+	in  *countingReader
+	out int64
+}
+
+func (c *contentReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.out += int64(n)
+	if c.out > c.in.n {
+		return n, errExpands
+	}
+	return n, err
+}
+
+// readContent reads exactly size bytes. The buffer grows with the data
+// read (doubling, never past size), not with the size claimed, so a header
+// that claims more than the archive holds costs no more memory than the
+// archive does.
+func readContent(r io.Reader, size int64) ([]byte, error) {
+	const first = 64 << 10
+	buf := make([]byte, 0, min(size, first))
+	for int64(len(buf)) < size {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, int(min(size-int64(len(buf)), int64(len(buf)))))
+		}
+		n, err := r.Read(buf[len(buf):int(min(int64(cap(buf)), size))])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) && int64(len(buf)) < size {
+			return nil, io.ErrUnexpectedEOF
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+	}
+	return buf, nil
 }
 
 // describe turns a tar reading error into words.

@@ -39,6 +39,12 @@ const (
 	// DefaultActivationEvents is how many Marble activation events are
 	// kept in memory.
 	DefaultActivationEvents = core.DefaultActivationEvents
+	// DefaultMaxCountersPerMarble, DefaultMaxCounterName and
+	// DefaultMaxCounters bound the monotonic counters Marbles create
+	// (core.DefaultCounterLimits).
+	DefaultMaxCountersPerMarble = core.DefaultMaxCountersPerMarble
+	DefaultMaxCounterName       = core.DefaultMaxCounterName
+	DefaultMaxCounters          = core.DefaultMaxCounters
 )
 
 // Upper bounds of the secret generation limits: larger values are surely
@@ -51,6 +57,11 @@ const (
 	// the Marble's quote (about 5 KiB outside simulation), so this is
 	// about 500 MiB.
 	maxActivationEvents = 100_000
+	// maxMaxCounters bounds the counter count limits; maxMaxCounterName is
+	// the monotonic counter's request body limit (4 KiB), which no name
+	// can pass anyway.
+	maxMaxCounters    = 1_000_000
+	maxMaxCounterName = 4096
 )
 
 // Attestation modes: how the Coordinator obtains its quotes.
@@ -106,8 +117,10 @@ type Config struct {
 	// rest of their round (0: no expiry).
 	RecoveryTimeout time.Duration
 	// InsecureSimulatedSealing keeps the simulation sealer (the data key in
-	// clear in sealed_key) when the Coordinator runs under Gramine, where
-	// it otherwise seals with the enclave's sealing key.
+	// clear in sealed_key) when the Coordinator runs under Gramine (its
+	// attestation directory exists), where it otherwise seals with the
+	// enclave's sealing key and refuses to start without Gramine DCAP
+	// attestation.
 	InsecureSimulatedSealing bool
 	// EnableV1Recover serves the unprefixed POST /recover, which carries
 	// no signature over the recovery secret (decision D11); off by default.
@@ -129,6 +142,12 @@ type Config struct {
 	// ActivationEvents is how many Marble activation events (the latest)
 	// are kept in memory; 0 keeps none.
 	ActivationEvents int
+	// MaxCountersPerMarble, MaxCounterName (bytes) and MaxCounters bound
+	// the new monotonic counters of one Marble, their names, and the
+	// counters of all Marbles (0: no limit).
+	MaxCountersPerMarble int
+	MaxCounterName       int
+	MaxCounters          int
 	// MetricsMarbleUUIDLabel adds MarbleRun's uuid label to the activation
 	// counters (one series per Marble instance, without bound).
 	MetricsMarbleUUIDLabel bool
@@ -162,6 +181,10 @@ type Config struct {
 
 	// Store says where the sealed state is kept (store.go).
 	Store StoreConfig
+	// Client bounds what clients can take of the Client API (client.go).
+	Client ClientLimits
+	// Mesh are the Marble API's connection limits (mesh.go).
+	Mesh MeshConfig
 }
 
 // Load reads the configuration: defaults, then the environment (through
@@ -182,13 +205,15 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
 	fs.SetOutput(out)
 	var (
-		c                          Config
-		dnsNames, errLevel, maxMan string
-		debug, dev, recTimeout     string
-		v1Recover, maxSecrets      string
-		maxSecretGen, actEvents    string
-		maxState                   string
-		oeSimulation               = getenv("OE_SIMULATION")
+		c                           Config
+		dnsNames, errLevel, maxMan  string
+		debug, dev, recTimeout      string
+		v1Recover, maxSecrets       string
+		maxSecretGen, actEvents     string
+		maxState                    string
+		maxCtrPerMarble, maxCtrName string
+		maxCtrs                     string
+		oeSimulation                = getenv("OE_SIMULATION")
 	)
 	fs.StringVar(&c.ClientAddr, "client-addr", env("EDG_COORDINATOR_CLIENT_ADDR", DefaultClientAddr),
 		"listen address of the Client API (HTTPS) [EDG_COORDINATOR_CLIENT_ADDR]")
@@ -216,7 +241,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"how long uploaded recovery shares wait for the rest of their round, e.g. 30m; 0 disables expiry [QUARRY_RECOVERY_TIMEOUT]")
 	simSealing := env("QUARRY_INSECURE_SIMULATED_SEALING", "0")
 	fs.Var((*switchFlag)(&simSealing), "insecure-simulated-sealing",
-		"under Gramine, keep the data key in clear in sealed_key instead of sealing it with the enclave's sealing key (--insecure-simulated-sealing, or =1 / =0). Anyone with the disk then has every secret; for tests only; a warning is logged at every start [QUARRY_INSECURE_SIMULATED_SEALING]")
+		"under Gramine (wherever --gramine-dir exists), keep the data key in clear in sealed_key instead of sealing it with the enclave's sealing key, and start without Gramine DCAP attestation (simulation, auto with another attestation type, tdx), which otherwise refuses to start (--insecure-simulated-sealing, or =1 / =0). Anyone with the disk then has every secret; for tests only; a warning is logged at every start [QUARRY_INSECURE_SIMULATED_SEALING]")
 	fs.BoolVar(&c.CheckMigration, "check-migration", false,
 		"dry run: report what a start would migrate from a MarbleRun seal directory (counts of secrets, users, update log entries; whether a recovery is needed), write nothing, and exit: 0 migratable or nothing to migrate, 1 not migratable")
 	migrate := env("QUARRY_MIGRATE_MARBLERUN", "auto")
@@ -231,6 +256,12 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"most estimated CPU time (one core) that generating the secrets of one manifest set or update may take, e.g. 60s; 0 for no limit [QUARRY_MAX_SECRET_GENERATION]")
 	fs.StringVar(&actEvents, "activation-events", env("QUARRY_ACTIVATION_EVENTS", strconv.Itoa(DefaultActivationEvents)),
 		"how many Marble activation events (the latest) are kept in memory; each holds the Marble's quote, about 5 KiB outside simulation; 0 keeps none [QUARRY_ACTIVATION_EVENTS]")
+	fs.StringVar(&maxCtrPerMarble, "max-counters-per-marble", env("QUARRY_MAX_COUNTERS_PER_MARBLE", strconv.Itoa(DefaultMaxCountersPerMarble)),
+		"most monotonic counters one Marble (one Marble type and UUID) may create; counters are never deleted, existing ones can always be raised; 0 for no limit [QUARRY_MAX_COUNTERS_PER_MARBLE]")
+	fs.StringVar(&maxCtrName, "max-counter-name", env("QUARRY_MAX_COUNTER_NAME", strconv.Itoa(DefaultMaxCounterName)),
+		"longest name of a new monotonic counter, in bytes; 0 for no limit (the request body is at most 4 KiB anyway) [QUARRY_MAX_COUNTER_NAME]")
+	fs.StringVar(&maxCtrs, "max-counters", env("QUARRY_MAX_COUNTERS", strconv.Itoa(DefaultMaxCounters)),
+		"most monotonic counters of all Marbles together, all kept in the sealed state; 0 for no limit [QUARRY_MAX_COUNTERS]")
 	uuidLabel := env("QUARRY_METRICS_MARBLE_UUID_LABEL", "0")
 	fs.Var((*switchFlag)(&uuidLabel), "metrics-marble-uuid-label",
 		"add MarbleRun's uuid label to coordinator_marble_activations_total and ..._success_total (--metrics-marble-uuid-label, or =1 / =0). Every Marble instance then makes new series without bound; off by default [QUARRY_METRICS_MARBLE_UUID_LABEL]")
@@ -241,7 +272,7 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		"how the Coordinator obtains its quotes: simulation (none: quote null), gramine (/dev/attestation), tdx (configfs-tsm in a TDX guest), or auto (gramine when its attestation type is dcap, else tdx when configfs-tsm has the tdx_guest provider, else simulation); OE_SIMULATION=1 means simulation [QUARRY_ATTESTATION]")
 	c.TSMReportDir = env("QUARRY_TSM_REPORT_DIR", DefaultTSMReportDir)
 	fs.StringVar(&c.GramineDir, "gramine-dir", env("QUARRY_GRAMINE_ATTESTATION_DIR", DefaultGramineDir),
-		"Gramine's attestation directory [QUARRY_GRAMINE_ATTESTATION_DIR]")
+		"Gramine's attestation directory; where it exists the Coordinator runs in a Gramine enclave and starts only with gramine (DCAP) attestation and sealing, whatever --attestation says (see --insecure-simulated-sealing) [QUARRY_GRAMINE_ATTESTATION_DIR]")
 	fs.StringVar(&c.CollateralFile, "collateral-file", env("QUARRY_COLLATERAL_FILE", ""),
 		"DCAP collateral for quote verification (sign-quote, Marble activation): a JSON file (dcap-qvl QuoteCollateralV3 shape) or a directory of PCS/PCCS responses [QUARRY_COLLATERAL_FILE]")
 	fs.StringVar(&c.PCCSURL, "pccs-url", env("QUARRY_PCCS_URL", ""),
@@ -249,6 +280,8 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	fs.StringVar(&c.SGXRootCA, "sgx-root-ca", env("QUARRY_SGX_ROOT_CA", ""),
 		"PEM file with a root CA that replaces the pinned Intel SGX Root CA in quote verification (tests, private PKIs) [QUARRY_SGX_ROOT_CA]")
 	storeSettings := registerStore(fs, env)
+	clientSettings := registerClient(fs, env)
+	meshSettings := registerMesh(fs, env)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: coordinator [flags]\n"+
 			"       coordinator backup --seal-dir DIR --out FILE\n"+
@@ -315,6 +348,21 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	} else {
 		c.ActivationEvents = n
 	}
+	for _, l := range []struct {
+		flag, env, v string
+		max          int
+		dst          *int
+	}{
+		{"max-counters-per-marble", "QUARRY_MAX_COUNTERS_PER_MARBLE", maxCtrPerMarble, maxMaxCounters, &c.MaxCountersPerMarble},
+		{"max-counter-name", "QUARRY_MAX_COUNTER_NAME", maxCtrName, maxMaxCounterName, &c.MaxCounterName},
+		{"max-counters", "QUARRY_MAX_COUNTERS", maxCtrs, maxMaxCounters, &c.MaxCounters},
+	} {
+		if n, err := strconv.Atoi(strings.TrimSpace(l.v)); err != nil || n < 0 || n > l.max {
+			errs = append(errs, fmt.Errorf("%s [%s]: %q is not a number between 0 (no limit) and %d", l.flag, l.env, l.v, l.max))
+		} else {
+			*l.dst = n
+		}
+	}
 	if c.MetricsMarbleUUIDLabel, err = parseBool("metrics-marble-uuid-label", "QUARRY_METRICS_MARBLE_UUID_LABEL", uuidLabel); err != nil {
 		errs = append(errs, err)
 	}
@@ -332,6 +380,8 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		c.DNSNames = append(c.DNSNames, strings.TrimSpace(n))
 	}
 	errs = append(errs, storeSettings.apply(&c)...)
+	errs = append(errs, clientSettings.apply(&c)...)
+	errs = append(errs, meshSettings.apply(&c)...)
 	if err := c.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -40,7 +40,13 @@ func TestDefaults(t *testing.T) {
 		MaxSecretGeneration: 60 * time.Second,
 		ActivationEvents:    10_000,
 
-		Store: StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: DefaultStoreTimeout, Compaction: true, CompactionRetention: DefaultCompactionRetention},
+		MaxCountersPerMarble: 64,
+		MaxCounterName:       128,
+		MaxCounters:          2048,
+
+		Store:  StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: DefaultStoreTimeout, Compaction: true, CompactionRetention: DefaultCompactionRetention},
+		Client: ClientLimits{MinBodyRate: 4096, BodyGrace: 10 * time.Second},
+		Mesh:   MeshConfig{MaxConnections: 256, MaxConnectionsPerSource: 32},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
@@ -116,6 +122,13 @@ func TestInvalid(t *testing.T) {
 		{"bad activation events", map[string]string{"QUARRY_ACTIVATION_EVENTS": "lots"}, nil, "activation-events [QUARRY_ACTIVATION_EVENTS]"},
 		{"negative activation events", nil, []string{"--activation-events", "-1"}, "activation-events [QUARRY_ACTIVATION_EVENTS]"},
 		{"huge activation events", nil, []string{"--activation-events", "100001"}, "activation-events [QUARRY_ACTIVATION_EVENTS]"},
+		{"bad max counters per marble", map[string]string{"QUARRY_MAX_COUNTERS_PER_MARBLE": "some"}, nil, "max-counters-per-marble [QUARRY_MAX_COUNTERS_PER_MARBLE]"},
+		{"negative max counters per marble", nil, []string{"--max-counters-per-marble", "-1"}, "max-counters-per-marble [QUARRY_MAX_COUNTERS_PER_MARBLE]"},
+		{"huge max counters per marble", nil, []string{"--max-counters-per-marble", "1000001"}, "max-counters-per-marble"},
+		{"bad max counter name", map[string]string{"QUARRY_MAX_COUNTER_NAME": "1k"}, nil, "max-counter-name [QUARRY_MAX_COUNTER_NAME]"},
+		{"max counter name past the body limit", nil, []string{"--max-counter-name", "4097"}, "between 0 (no limit) and 4096"},
+		{"bad max counters", map[string]string{"QUARRY_MAX_COUNTERS": "-5"}, nil, "max-counters [QUARRY_MAX_COUNTERS]"},
+		{"huge max counters", nil, []string{"--max-counters", "1000001"}, "max-counters [QUARRY_MAX_COUNTERS]"},
 		{"unknown flag", nil, []string{"--nope"}, "flag provided but not defined"},
 		{"argument", nil, []string{"extra"}, "unexpected argument"},
 	} {
@@ -188,7 +201,9 @@ func TestHelp(t *testing.T) {
 		"-collateral-file", "-pccs-url", "-sgx-root-ca", "-attestation", "-gramine-dir",
 		"-enable-v1-recover", "QUARRY_ENABLE_V1_RECOVER", "carries no signature",
 		"-max-secrets", "QUARRY_MAX_SECRETS", "-max-secret-generation", "QUARRY_MAX_SECRET_GENERATION",
-		"-activation-events", "QUARRY_ACTIVATION_EVENTS", "where Marbles are activated"} {
+		"-activation-events", "QUARRY_ACTIVATION_EVENTS", "where Marbles are activated",
+		"-max-counters-per-marble", "QUARRY_MAX_COUNTERS_PER_MARBLE", "-max-counter-name", "QUARRY_MAX_COUNTER_NAME",
+		"-max-counters", "QUARRY_MAX_COUNTERS", "never deleted"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %s", want)
 		}
@@ -216,6 +231,15 @@ func TestHardeningSettings(t *testing.T) {
 			func(c Config) bool { return c.ActivationEvents == 0 }},
 		{"largest activation events", nil, []string{"--activation-events", "100000"},
 			func(c Config) bool { return c.ActivationEvents == 100_000 }},
+		{"counter limits from the environment", map[string]string{"QUARRY_MAX_COUNTERS_PER_MARBLE": "5", "QUARRY_MAX_COUNTER_NAME": "16", "QUARRY_MAX_COUNTERS": "50"}, nil,
+			func(c Config) bool {
+				return c.MaxCountersPerMarble == 5 && c.MaxCounterName == 16 && c.MaxCounters == 50
+			}},
+		{"counter limit flags win, 0 is no limit", map[string]string{"QUARRY_MAX_COUNTERS_PER_MARBLE": "5", "QUARRY_MAX_COUNTER_NAME": "16", "QUARRY_MAX_COUNTERS": "50"},
+			[]string{"--max-counters-per-marble", "0", "--max-counter-name", "4096", "--max-counters", "0"},
+			func(c Config) bool {
+				return c.MaxCountersPerMarble == 0 && c.MaxCounterName == 4096 && c.MaxCounters == 0
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Load(envOf(tc.env), tc.args, &bytes.Buffer{})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 
+	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/manifest"
 )
 
@@ -31,6 +32,31 @@ func (c *Core) CheckRecover() error { return require(c.Status(), opRecover) }
 
 // CheckMonotonicCounter: see CheckSetManifest.
 func (c *Core) CheckMonotonicCounter() error { return require(c.Status(), opCounter) }
+
+// CheckMonotonicCounterFeature is the monotonic counter's feature gate,
+// checked after the Marble is authenticated and before the body is read
+// (decision D16): the manifest must enable the MonotonicCounter feature,
+// else ErrForbidden. The use case checks again under its lock.
+func (c *Core) CheckMonotonicCounterFeature() error {
+	if !c.snap.Load().manifest.FeatureEnabled(manifest.FeatureMonotonicCounter) {
+		return classify(ErrForbidden, errors.New(msgCounterDisabled))
+	}
+	return nil
+}
+
+// CheckRecoverUnsigned is the cheap check of the unsigned (v1) recovery
+// upload before its body is read (decision D16): the state of
+// CheckRecover, and no enclave (in an enclave every unsigned recovery
+// secret is refused with ErrForbidden, see RecoverUnsigned).
+func (c *Core) CheckRecoverUnsigned() error {
+	if err := c.CheckRecover(); err != nil {
+		return err
+	}
+	if seal.ProtectsKey(c.opts.KeySealer) {
+		return classify(ErrForbidden, errUnsignedInEnclave)
+	}
+	return nil
+}
 
 // RecoverySecrets returns the encrypted recovery secrets last handed out
 // (by the manifest set, or by the update that last changed the recovery

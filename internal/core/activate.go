@@ -259,7 +259,7 @@ func (c *Core) activateOnce(ctx context.Context, req ActivationRequest) (*Activa
 	}
 	ev := ActivationEvent{Time: now, MarbleType: req.MarbleType, UUID: id.String()}
 	if !c.simulation {
-		ev.Quote = req.Quote // verified; in simulation it is whatever was sent
+		ev.Quote = compactQuote(req.Quote) // verified; in simulation it is whatever was sent
 	}
 	c.events.record(ev)
 	return &Activation{Files: rendered.Files, Env: env, Argv: rendered.Argv}, nil

@@ -65,6 +65,9 @@ type Options struct {
 	// SecretLimits bound the secrets a manifest set or full update may
 	// generate (zero fields: no limit; see secrets.DefaultLimits).
 	SecretLimits secrets.Limits
+	// CounterLimits bound the monotonic counters Marbles create (zero
+	// fields: no limit; see DefaultCounterLimits).
+	CounterLimits CounterLimits
 	// ActivationEvents is how many activation events are kept in memory
 	// (0: DefaultActivationEvents; negative: none).
 	ActivationEvents int
@@ -89,9 +92,6 @@ type Options struct {
 	// MaxStateBytes bounds the state's JSON (0: DefaultMaxStateBytes): a
 	// change beyond it is refused with ErrTooLarge.
 	MaxStateBytes int
-	// MaxCountersPerMarble bounds the monotonic counters one Marble
-	// instance may create (0: DefaultMaxCountersPerMarble).
-	MaxCountersPerMarble int
 	// StoreTimeout bounds each step with a shared store (a write, the
 	// read-back of a write whose outcome is unknown, the wait for the
 	// state lock in Sync): with the store away, answers come within it
@@ -229,9 +229,6 @@ type sealHeader struct {
 func New(ctx context.Context, opts Options) (*Core, error) {
 	if opts.Rand == nil {
 		opts.Rand = rand.Reader
-	}
-	if opts.MaxCountersPerMarble <= 0 {
-		opts.MaxCountersPerMarble = DefaultMaxCountersPerMarble
 	}
 	if opts.MaxStateBytes <= 0 {
 		opts.MaxStateBytes = DefaultMaxStateBytes

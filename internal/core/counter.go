@@ -53,37 +53,87 @@ func (c *Core) AuthenticateMarble(peer []*x509.Certificate) (MarbleIdentity, err
 // counterKey is MarbleRun's key of a monotonic counter:
 // base64(type):base64(uuid bytes):base64(name), standard encoding.
 func counterKey(id MarbleIdentity, name string) string {
-	enc := base64.StdEncoding.EncodeToString
-	return enc([]byte(id.MarbleType)) + ":" + enc(id.UUID[:]) + ":" + enc([]byte(name))
+	return counterPrefix(id) + base64.StdEncoding.EncodeToString([]byte(name))
 }
 
-// Limits of monotonic counters: every counter lives in the sealed state,
-// which every commit writes (docs/ha.md, "Limits").
+// counterPrefix is the part of counterKey that names the Marble: its
+// counters are the keys with this prefix.
+func counterPrefix(id MarbleIdentity) string {
+	enc := base64.StdEncoding.EncodeToString
+	return enc([]byte(id.MarbleType)) + ":" + enc(id.UUID[:]) + ":"
+}
+
+// Default limits of the monotonic counters. Counters are never deleted and
+// every one is kept in the sealed state, which is sealed and stored whole
+// at each change, so they bound what Marbles can add to it: with these
+// defaults the counters take at most about 0.5 MiB of the state (a counter
+// costs about its name's length × 4/3 + 80 bytes there).
 const (
-	// DefaultMaxCountersPerMarble is Options.MaxCountersPerMarble's
-	// default: how many counters one Marble instance may create.
-	DefaultMaxCountersPerMarble = 1000
-	// MaxCounterNameBytes bounds a counter's name.
-	MaxCounterNameBytes = 1024
+	// DefaultMaxCountersPerMarble bounds the counters of one Marble (one
+	// Marble type and UUID).
+	DefaultMaxCountersPerMarble = 64
+	// DefaultMaxCounterName bounds a new counter's name, in bytes.
+	DefaultMaxCounterName = 128
+	// DefaultMaxCounters bounds the counters of all Marbles together.
+	DefaultMaxCounters = 2048
 )
 
-// marbleCounters counts the counters of the Marble instance id.
-func marbleCounters(counters map[string]uint64, id MarbleIdentity) int {
-	prefix := counterKey(id, "")
-	n := 0
-	for k := range counters {
-		if strings.HasPrefix(k, prefix) {
-			n++
+// CounterLimits bound the monotonic counters Marbles may create. They apply
+// to new counters only: a counter that exists (created before a limit was
+// lowered, or migrated from MarbleRun) can always be raised. Zero fields
+// mean no limit.
+type CounterLimits struct {
+	// MaxPerMarble is the most counters one Marble (one Marble type and
+	// UUID, as counters are keyed) may have.
+	MaxPerMarble int
+	// MaxNameBytes is the longest name of a new counter, in bytes.
+	MaxNameBytes int
+	// MaxTotal is the most counters of all Marbles together.
+	MaxTotal int
+}
+
+// DefaultCounterLimits returns the default limits.
+func DefaultCounterLimits() CounterLimits {
+	return CounterLimits{MaxPerMarble: DefaultMaxCountersPerMarble, MaxNameBytes: DefaultMaxCounterName, MaxTotal: DefaultMaxCounters}
+}
+
+// checkNew refuses a new counter name of the Marble id when it would break
+// a limit, given the counters that exist. The message names the limit and
+// the setting that raises it.
+func (l CounterLimits) checkNew(counters map[string]uint64, id MarbleIdentity, name string) error {
+	if l.MaxNameBytes > 0 && len(name) > l.MaxNameBytes {
+		return classify(ErrInvalidRequest, fmt.Errorf(
+			"the counter name is %d bytes; new monotonic counters may have names of at most %d bytes (--max-counter-name, QUARRY_MAX_COUNTER_NAME)",
+			len(name), l.MaxNameBytes))
+	}
+	if l.MaxTotal > 0 && len(counters) >= l.MaxTotal {
+		return classify(ErrForbidden, fmt.Errorf(
+			"the Coordinator holds %d monotonic counters, the most it keeps (--max-counters, QUARRY_MAX_COUNTERS); existing counters can still be raised, and counters are never deleted",
+			len(counters)))
+	}
+	if l.MaxPerMarble > 0 && len(counters) >= l.MaxPerMarble {
+		prefix, n := counterPrefix(id), 0
+		for k := range counters {
+			if strings.HasPrefix(k, prefix) {
+				n++
+			}
+		}
+		if n >= l.MaxPerMarble {
+			return classify(ErrForbidden, fmt.Errorf(
+				"this Marble (type %q, UUID %s) has %d monotonic counters, the most one Marble may have (--max-counters-per-marble, QUARRY_MAX_COUNTERS_PER_MARBLE); its existing counters can still be raised, and counters are never deleted",
+				id.MarbleType, id.UUID, n))
 		}
 	}
-	return n
+	return nil
 }
 
 // setMonotonicCounterOnce raises the Marble's counter name to value if value is
 // larger and returns the previous value (0 for a new counter); a counter
 // never decreases. The change is sealed before it returns. It needs state
 // 3, the MonotonicCounter feature (else ErrForbidden) and a Marble
-// certificate (see AuthenticateMarble).
+// certificate (see AuthenticateMarble); a new counter must fit the
+// CounterLimits (else ErrInvalidRequest for its name, ErrForbidden for
+// the number of counters).
 func (c *Core) setMonotonicCounterOnce(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -98,17 +148,14 @@ func (c *Core) setMonotonicCounterOnce(ctx context.Context, peer []*x509.Certifi
 	if err != nil {
 		return 0, err
 	}
-	if len(name) > MaxCounterNameBytes {
-		return 0, classify(ErrInvalidRequest, fmt.Errorf("the counter name has %d bytes; a monotonic counter's name has at most %d", len(name), MaxCounterNameBytes))
-	}
 	key := counterKey(id, name)
 	prev, exists := s.persisted.MonotonicCounters[key]
 	if value <= prev {
 		return prev, nil
 	}
 	if !exists {
-		if n := marbleCounters(s.persisted.MonotonicCounters, id); n >= c.opts.MaxCountersPerMarble {
-			return 0, classify(ErrTooLarge, fmt.Errorf("this Marble already has %d monotonic counters, the most one Marble may have (%d); raise an existing counter instead of creating new ones; nothing was changed", n, c.opts.MaxCountersPerMarble))
+		if err := c.opts.CounterLimits.checkNew(s.persisted.MonotonicCounters, id, name); err != nil {
+			return 0, err
 		}
 	}
 	st := *s.persisted

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -168,48 +167,6 @@ func TestStateLimitRefused(t *testing.T) {
 	}
 	if got := e.secret(e.instance(), "uploaded"); got != "small" {
 		t.Fatalf("after the refusal the stored secret is %q", got)
-	}
-}
-
-// TestCounterLimits: a Marble may create MaxCountersPerMarble counters;
-// the next new one is refused with ErrTooLarge (raising an existing one
-// still works), and a name over MaxCounterNameBytes is refused.
-func TestCounterLimits(t *testing.T) {
-	admin := newFaultUser(t, "admin")
-	c := newActivationCore(t, newStores(), Options{MaxCountersPerMarble: 3})
-	if _, err := c.SetManifest(context.Background(), activationManifest(admin, "MonotonicCounter")); err != nil {
-		t.Fatal(err)
-	}
-	m := newMarbleClient(t)
-	act, err := c.Activate(context.Background(), m.request("backend", uuidA, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer := []*x509.Certificate{pemDecode(t, act.Env[EnvCertificateChain])}
-	for i := range 3 {
-		if _, err := c.SetMonotonicCounter(context.Background(), peer, fmt.Sprint(i), 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, err = c.SetMonotonicCounter(context.Background(), peer, "fourth", 1)
-	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "(3)") {
-		t.Fatalf("a fourth counter: %v; want ErrTooLarge naming the limit", err)
-	}
-	if prev, err := c.SetMonotonicCounter(context.Background(), peer, "1", 7); err != nil || prev != 1 {
-		t.Fatalf("raising an existing counter at the limit: %d, %v", prev, err)
-	}
-	// Another Marble instance has its own budget.
-	act2, err := c.Activate(context.Background(), m.request("backend", uuidB, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer2 := []*x509.Certificate{pemDecode(t, act2.Env[EnvCertificateChain])}
-	if _, err := c.SetMonotonicCounter(context.Background(), peer2, "fourth", 1); err != nil {
-		t.Fatalf("another Marble's first counter: %v", err)
-	}
-	_, err = c.SetMonotonicCounter(context.Background(), peer2, strings.Repeat("n", MaxCounterNameBytes+1), 1)
-	if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), fmt.Sprint(MaxCounterNameBytes)) {
-		t.Fatalf("a counter name too long: %v", err)
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/quarry-cc/quarry/internal/attest/sgxquote"
+	"github.com/quarry-cc/quarry/internal/attest/tdxquote"
 )
 
 // DefaultActivationEvents is how many activation events are kept by
@@ -15,8 +18,35 @@ type ActivationEvent struct {
 	Time       time.Time
 	MarbleType string
 	UUID       string
-	// Quote is the Marble's quote; nil in simulation.
+	// Quote is the Marble's verified quote as compactQuote keeps it; nil
+	// in simulation.
 	Quote []byte
+}
+
+// compactQuote returns the part of a verified quote worth keeping: the
+// quote with what no signature covers cut from its certificate chain
+// (sgxquote.Quote.Compact, tdxquote.Quote.Compact), in the Open Enclave
+// header if it came in one. A Marble could otherwise pad each quote it
+// sends up to the Marble API's request limit and make the kept events hold
+// 256 KiB each instead of about 5 KiB (docs/operations.md, "Activation
+// events"). A quote that does not parse (it did verify, so only a test's
+// verifier lets one through) is kept as it is.
+func compactQuote(b []byte) []byte {
+	if tdxquote.IsTDX(b) {
+		q, err := tdxquote.Parse(b)
+		if err != nil {
+			return b
+		}
+		return q.Compact()
+	}
+	q, err := sgxquote.ParseAny(b)
+	if err != nil {
+		return b
+	}
+	if sgxquote.IsWrapped(b) {
+		return sgxquote.Wrap(q.Compact())
+	}
+	return q.Compact()
 }
 
 // eventLog keeps the latest activation events in memory, bounded: when

@@ -132,7 +132,7 @@ func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, 
 			landed, herr := v.landedBefore(rctx, s, binding)
 			switch {
 			case herr != nil:
-				return fmt.Errorf("%w: storing sealed state: %w; whether it was stored is unknown (another instance changed the state since, and the store's history does not tell: %v)", ErrUnavailable, err, herr)
+				return fmt.Errorf("%w: storing sealed state: %w; %w (another instance changed the state since, and the store's history does not tell: %v)", ErrUnavailable, err, errOutcomeUnknown, herr)
 			case landed:
 				// Stored, and another instance built on it: the answer
 				// is success; the next request reloads the newer state.
@@ -147,7 +147,7 @@ func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, 
 		select {
 		case <-rctx.Done():
 			v.unsure = true
-			return fmt.Errorf("%w: storing sealed state: %w; whether it was stored is unknown (the store cannot be read back: %v)", ErrUnavailable, err, rerr)
+			return fmt.Errorf("%w: storing sealed state: %w; %w (the store cannot be read back: %v)", ErrUnavailable, err, errOutcomeUnknown, rerr)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

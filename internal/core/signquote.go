@@ -56,11 +56,8 @@ type SignQuoteResult struct {
 // packages. The signature covers the quote exactly as submitted.
 func (c *Core) SignQuote(ctx context.Context, quote []byte) (SignQuoteResult, error) {
 	s := c.snap.Load()
-	if !s.manifest.FeatureEnabled(manifest.FeatureSignQuoteEndpoint) {
-		return SignQuoteResult{}, classify(ErrForbidden, errors.New(msgSignQuoteDisabled))
-	}
-	if c.opts.QuoteVerifier == nil {
-		return SignQuoteResult{}, classify(ErrForbidden, errors.New(msgNoCollateral))
+	if err := c.checkSignQuote(s); err != nil {
+		return SignQuoteResult{}, err
 	}
 	if len(quote) == 0 {
 		return SignQuoteResult{}, &QuoteVerificationError{Err: errors.New("the quote is empty")}
@@ -81,4 +78,20 @@ func (c *Core) SignQuote(ctx context.Context, quote []byte) (SignQuoteResult, er
 		return SignQuoteResult{}, fmt.Errorf("sign-quote: signing: %w", err)
 	}
 	return SignQuoteResult{TCBStatus: status, Signature: sig}, nil
+}
+
+// CheckSignQuote is sign-quote's cheap check before its body is read
+// (decision D16): the manifest must enable the SignQuoteEndpoint feature
+// and a quote verifier must be configured, else ErrForbidden. SignQuote
+// checks again.
+func (c *Core) CheckSignQuote() error { return c.checkSignQuote(c.snap.Load()) }
+
+func (c *Core) checkSignQuote(s *snapshot) error {
+	if !s.manifest.FeatureEnabled(manifest.FeatureSignQuoteEndpoint) {
+		return classify(ErrForbidden, errors.New(msgSignQuoteDisabled))
+	}
+	if c.opts.QuoteVerifier == nil {
+		return classify(ErrForbidden, errors.New(msgNoCollateral))
+	}
+	return nil
 }

@@ -79,6 +79,40 @@ var errUnconfirmed = errors.New("the change is stored, but the store reported an
 // stored one (nil, or errUnconfirmed).
 func stored(err error) bool { return err == nil || errors.Is(err, errUnconfirmed) }
 
+// errOutcomeUnknown is wrapped by a commit error after which it cannot be
+// told whether the new state was stored (the store could not be read back).
+var errOutcomeUnknown = errors.New("whether it was stored is unknown")
+
+// Outcome is what a state change that failed left in the store.
+type Outcome int
+
+const (
+	// NotStored: the store holds the state from before the change.
+	NotStored Outcome = iota
+	// Stored: the change is stored although the request failed (the
+	// store reported an error after the write landed, and the previous
+	// state could not be put back).
+	Stored
+	// OutcomeUnknown: whether the change was stored cannot be told (the
+	// store could not be read back after a failed write).
+	OutcomeUnknown
+)
+
+// OutcomeOf tells what the state change whose use case failed with err
+// left in the store, for answers that must say so (an abandoned request,
+// say). Every use case stores its change last, and a commit error that
+// cannot say "nothing was changed" wraps errUnconfirmed or
+// errOutcomeUnknown: any other failure stored nothing.
+func OutcomeOf(err error) Outcome {
+	switch {
+	case errors.Is(err, errUnconfirmed):
+		return Stored
+	case errors.Is(err, errOutcomeUnknown):
+		return OutcomeUnknown
+	}
+	return NotStored
+}
+
 // loadBlob reads the sealed blob; store.ErrNotFound when there is none.
 func (v *vault) loadBlob(ctx context.Context) ([]byte, error) {
 	if s := v.shared(); s != nil {
@@ -364,7 +398,7 @@ func (v *vault) afterFailedWrite(ctx context.Context, blob, dek []byte, mode str
 			v.unsure, v.attempted = false, nil
 			return fmt.Errorf("%w (%v), and the previous state could not be put back: %v", errUnconfirmed, cause, err)
 		}
-		return fmt.Errorf("storing sealed state: %w; reading it back: %v", cause, err)
+		return fmt.Errorf("storing sealed state: %w; %w (reading it back: %v)", cause, errOutcomeUnknown, err)
 	}
 	return fmt.Errorf("storing sealed state: %w (nothing was changed)", cause)
 }

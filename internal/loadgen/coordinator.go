@@ -44,6 +44,14 @@ func StartCoordinator(ctx context.Context, bin string, env []string, timeout tim
 		"EDG_COORDINATOR_CLIENT_ADDR=127.0.0.1:0",
 		"EDG_COORDINATOR_MESH_ADDR=127.0.0.1:0",
 		"EDG_COORDINATOR_SEAL_DIR=" + sealDir,
+		// All the load comes from one address: no per-source bound
+		// below the Client API's connection limit (docs/http.md).
+		"QUARRY_CLIENT_MAX_PER_SOURCE=1000000",
+		// Every simulated Marble connects from 127.0.0.1: the per-source
+		// limit (32 by default, docs/http.md) would cap -c, which measures
+		// throughput, not fairness.
+		"QUARRY_MESH_MAX_CONNECTIONS=65536",
+		"QUARRY_MESH_MAX_CONNECTIONS_PER_SOURCE=65536",
 	}, env...)
 	c := &Coordinator{
 		cmd:     exec.Command(bin),

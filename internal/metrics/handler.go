@@ -1,9 +1,11 @@
 package metrics
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -29,6 +31,16 @@ type Readiness interface {
 // events dropped because the bounded log was full.
 const DroppedEventsHeader = "X-Quarry-Events-Dropped"
 
+// MaxEventsRequests bounds the /events requests served at once; more are
+// answered 503 at once (docs/operations.md, "Activation events"). Each
+// streams its answer through a small buffer, so a client that does not
+// read holds one place and little memory until the server's write
+// timeout.
+const MaxEventsRequests = 2
+
+// eventsBuffer is the buffer each /events answer is written through.
+const eventsBuffer = 32 << 10
+
 // Handler returns the plain-HTTP handler of the metrics listener: GET (and
 // HEAD) /metrics, /events, /healthz and /readyz; anything else is 404.
 func Handler(g prometheus.Gatherer, events EventSource, ready Readiness, log *slog.Logger) http.Handler {
@@ -42,7 +54,7 @@ func Handler(g prometheus.Gatherer, events EventSource, ready Readiness, log *sl
 			MaxRequestsInFlight: 4,
 			Timeout:             30 * time.Second,
 		}),
-		"/events":  http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveEvents(w, events, log) }),
+		"/events":  &eventsHandler{src: events, log: log, busy: make(chan struct{}, MaxEventsRequests)},
 		"/healthz": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { plain(w, http.StatusOK, "ok") }),
 		"/readyz": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, err := ready.Ready(r.Context()); err != nil {
@@ -89,18 +101,58 @@ type EventActivation struct {
 	Quote      []byte `json:"quote"`
 }
 
-func serveEvents(w http.ResponseWriter, src EventSource, log *slog.Logger) {
-	evs, dropped := src.ActivationEvents()
-	out := make([]Event, len(evs))
-	for i, e := range evs {
-		out[i] = Event{
-			Time:       e.Time.Format(time.RFC3339Nano),
-			Activation: EventActivation{MarbleType: e.MarbleType, UUID: e.UUID, Quote: e.Quote},
-		}
+// eventsHandler serves /events: the kept events as one JSON array,
+// encoded event by event into the connection, at most MaxEventsRequests
+// at once.
+type eventsHandler struct {
+	src  EventSource
+	log  *slog.Logger
+	busy chan struct{}
+}
+
+func (h *eventsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case h.busy <- struct{}{}:
+		defer func() { <-h.busy }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		plain(w, http.StatusServiceUnavailable, fmt.Sprintf("busy: %d /events requests are being answered; try again", MaxEventsRequests))
+		return
 	}
+	evs, dropped := h.src.ActivationEvents()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set(DroppedEventsHeader, strconv.FormatUint(dropped, 10))
-	if err := json.NewEncoder(w).Encode(out); err != nil {
-		log.Debug("writing /events", "error", err.Error())
+	if r.Method == http.MethodHead {
+		return
 	}
+	bw := bufio.NewWriterSize(w, eventsBuffer)
+	err := writeEvents(bw, evs)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		h.log.Debug("writing /events", "error", err.Error())
+	}
+}
+
+// writeEvents writes evs as a JSON array of Event, one event at a time.
+func writeEvents(w *bufio.Writer, evs []core.ActivationEvent) error {
+	w.WriteByte('[')
+	for i, e := range evs {
+		if i > 0 {
+			w.WriteByte(',')
+		}
+		b, err := json.Marshal(Event{
+			Time:       e.Time.Format(time.RFC3339Nano),
+			Activation: EventActivation{MarbleType: e.MarbleType, UUID: e.UUID, Quote: e.Quote},
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err // the client is gone or too slow
+		}
+	}
+	_, err := w.WriteString("]\n")
+	return err
 }

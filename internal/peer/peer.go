@@ -279,11 +279,16 @@ func readMsg(r io.Reader, v any, errBad error) error {
 	if n == 0 || n > MaxMessage {
 		return fmt.Errorf("%w: message of %d bytes (at most %d)", errBad, n, MaxMessage)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
+	// The buffer grows with the bytes that arrive, not with the length
+	// the other side claims before anyone is authenticated.
+	var buf bytes.Buffer
+	if _, err := io.CopyN(&buf, r, int64(n)); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
 		return err
 	}
-	if err := json.Unmarshal(b, v); err != nil {
+	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
 		return fmt.Errorf("%w: %v", errBad, err)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -14,6 +15,17 @@ import (
 	"github.com/quarry-cc/quarry/internal/attest"
 	"github.com/quarry-cc/quarry/internal/attest/policy"
 	"github.com/quarry-cc/quarry/internal/attest/sgxquote"
+	"github.com/quarry-cc/quarry/internal/limit"
+)
+
+// Bounds of the exchanges a server runs at once (docs/ha.md, "Limits of
+// the peer key server"). A joiner runs one exchange at a time, and only
+// starting instances join; a connection over a bound is closed at once,
+// unless its source holds fewer exchanges than the heaviest source, whose
+// oldest exchange then makes room (package limit).
+const (
+	DefaultMaxExchanges          = 32
+	DefaultMaxExchangesPerSource = 4
 )
 
 // Keys gives the data key with a key ID and the seal mode of the state it
@@ -45,8 +57,15 @@ type Server struct {
 	InsecureTrust bool
 	// Timeout bounds one exchange (DefaultTimeout when 0).
 	Timeout time.Duration
+	// MaxExchanges and MaxExchangesPerSource bound the exchanges at once,
+	// in all and from one source (DefaultMaxExchanges and
+	// DefaultMaxExchangesPerSource when 0).
+	MaxExchanges, MaxExchangesPerSource int
 	// OnResult, if set, is called after each exchange.
 	OnResult func(Result)
+	// OnRefuse, if set, is called for each connection refused or evicted
+	// by the bounds.
+	OnRefuse func(limit.Refusal)
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -56,6 +75,11 @@ type Server struct {
 // Serve accepts connections on ln until it is closed; it returns nil
 // after Close. Each connection is one exchange.
 func (s *Server) Serve(ln net.Listener) error {
+	ln = limit.NewListener(ln, limit.Options{
+		Max:       cmp.Or(s.MaxExchanges, DefaultMaxExchanges),
+		PerSource: cmp.Or(s.MaxExchangesPerSource, DefaultMaxExchangesPerSource),
+		OnRefuse:  s.OnRefuse,
+	})
 	cfg := &tls.Config{
 		Certificates: []tls.Certificate{s.Certificate},
 		ClientAuth:   tls.RequireAnyClientCert, // the quote, not a CA, vouches for it

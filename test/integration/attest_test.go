@@ -491,8 +491,10 @@ func TestGramineAttestation(t *testing.T) {
 }
 
 // TestGramineAttestationRequiresDCAP: explicit gramine attestation refuses to
-// start when Gramine's attestation type is not dcap; auto falls back to
-// simulation.
+// start when Gramine's attestation type is not dcap; so does auto, which
+// would run in simulation with the data key in clear inside the enclave
+// (gramine_sealing_test.go), unless the insecure override is set: then
+// it runs in simulation.
 func TestGramineAttestationRequiresDCAP(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "attestation_type"), []byte("epid\n"), 0o600); err != nil {
@@ -502,7 +504,11 @@ func TestGramineAttestationRequiresDCAP(t *testing.T) {
 	if code == 0 || !strings.Contains(out, `attestation type is \"epid\"`) {
 		t.Fatalf("exit %d, log:\n%s", code, out)
 	}
-	c := startCoordinator(t, "", "QUARRY_ATTESTATION=auto", "QUARRY_GRAMINE_ATTESTATION_DIR="+dir)
+	code, out = runCoordinatorOnce(t, "QUARRY_ATTESTATION=auto", "QUARRY_GRAMINE_ATTESTATION_DIR="+dir)
+	if code != 1 || !strings.Contains(out, `attestation type is \"epid\", not dcap`) {
+		t.Fatalf("auto with epid: exit %d, log:\n%s", code, out)
+	}
+	c := startCoordinator(t, "", "QUARRY_ATTESTATION=auto", "QUARRY_GRAMINE_ATTESTATION_DIR="+dir, "QUARRY_INSECURE_SIMULATED_SEALING=1")
 	hc := c.client(nil, nil)
 	getChain(t, c, hc) // quote null: simulation
 }

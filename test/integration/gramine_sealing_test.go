@@ -3,6 +3,8 @@ package integration
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -232,4 +234,98 @@ func TestGramineSealModeTightened(t *testing.T) {
 	g.secrets["key1"] = fresh
 	g.upload(t, "key1", 0)
 	g.checkRecovered(t)
+}
+
+// fakeGramineDir is a Gramine attestation directory as an enclave sees it
+// (attestation type typ, both sealing keys), without a quoting enclave
+// behind it: what a Coordinator finds in Gramine when it does not ask for
+// quotes.
+func fakeGramineDir(t *testing.T, typ string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "attestation")
+	if err := os.MkdirAll(filepath.Join(dir, "keys"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "attestation_type"), []byte(typ+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{seal.GramineMRSignerKey, seal.GramineMREnclaveKey} {
+		key := make([]byte, 16)
+		rand.Read(key)
+		if err := os.WriteFile(filepath.Join(dir, name), key, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestGramineSealingFailsClosed: where Gramine's attestation directory
+// exists, a Coordinator that would not seal with the enclave's sealing
+// keys refuses to start (exit 1), naming what to set, and writes nothing:
+// with the default attestation (simulation), and with auto when Gramine's
+// attestation type is not dcap. The insecure override starts it with the
+// warning and the data key in clear; without the directory simulation runs
+// as before.
+func TestGramineSealingFailsClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name, typ string
+		env       []string
+		words     []string
+	}{
+		{"default attestation", "dcap", nil,
+			[]string{"the attestation is simulation (QUARRY_ATTESTATION)", "QUARRY_ATTESTATION=gramine"}},
+		{"simulation", "dcap", []string{"QUARRY_ATTESTATION=simulation"},
+			[]string{"the attestation is simulation (QUARRY_ATTESTATION)"}},
+		{"auto, epid", "epid", []string{"QUARRY_ATTESTATION=auto"},
+			[]string{`Gramine's attestation type is \"epid\", not dcap`}},
+		{"auto, none", "none", []string{"QUARRY_ATTESTATION=auto"},
+			[]string{`Gramine's attestation type is \"none\", not dcap`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := fakeGramineDir(t, tc.typ)
+			sealDir := t.TempDir()
+			env := append([]string{"QUARRY_GRAMINE_ATTESTATION_DIR=" + dir, "EDG_COORDINATOR_SEAL_DIR=" + sealDir}, tc.env...)
+			code, out := runCoordinatorOnce(t, env...)
+			if code != 1 || !strings.Contains(out, "cannot start") {
+				t.Fatalf("exit %d, want 1 (cannot start); log:\n%s", code, out)
+			}
+			for _, w := range append(tc.words, "Gramine's attestation directory", "exists", "in clear",
+				`sgx.remote_attestation = \"dcap\"`, "QUARRY_INSECURE_SIMULATED_SEALING=1") {
+				if !strings.Contains(out, w) {
+					t.Errorf("the refusal does not say %q:\n%s", w, out)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(sealDir, "sealed_key")); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("the refused start wrote sealed_key: %v", err)
+			}
+
+			// The override: starts, warns, keeps the data key in clear.
+			c := startCoordinator(t, sealDir, append(env, "QUARRY_INSECURE_SIMULATED_SEALING=1")...)
+			if !strings.Contains(c.Logs(), "INSECURE: running under Gramine with simulated sealing") {
+				t.Fatalf("no warning with the override:\n%s", c.Logs())
+			}
+			hc := c.client(nil, nil)
+			_, adminPEM := newUserCert(t, "admin")
+			expect(t, setManifest(t, c, hc, marbleManifest(t, adminPEM)), http.StatusOK, "success")
+			entries, err := seal.DecodeKeyFile(readFileT(t, filepath.Join(sealDir, "sealed_key")))
+			if err != nil || len(entries) != 1 || len(entries[0].Sealed) != 32 {
+				t.Fatalf("with the override the key file should hold the data key in clear: %v, %+v", err, entries)
+			}
+		})
+	}
+
+	// No attestation directory: simulation as before.
+	c := startCoordinator(t, "", "QUARRY_GRAMINE_ATTESTATION_DIR="+filepath.Join(t.TempDir(), "absent"))
+	if !strings.Contains(c.Logs(), "sealing in simulation mode") || strings.Contains(c.Logs(), "INSECURE") {
+		t.Fatalf("without the directory:\n%s", c.Logs())
+	}
+}
+
+func readFileT(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

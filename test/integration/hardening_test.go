@@ -172,11 +172,18 @@ type rawConn struct {
 // not a measured time).
 func dialRaw(t *testing.T, c *coordinator, cert *tls.Certificate) *rawConn {
 	t.Helper()
+	return dialRawFrom(t, c, cert, "127.0.0.1")
+}
+
+// dialRawFrom is dialRaw from the loopback address src.
+func dialRawFrom(t *testing.T, c *coordinator, cert *tls.Certificate, src string) *rawConn {
+	t.Helper()
 	cfg := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
-	conn, err := tls.Dial("tcp", c.addr, cfg)
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	conn, err := tls.DialWithDialer(d, "tcp", c.addr, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +271,10 @@ func TestCheapChecksBeforeTheBody(t *testing.T) {
 		{running, "anonymous", nil, "/manifest", http.StatusConflict},
 		{running, "anonymous", nil, "/api/v2/recover", http.StatusConflict},
 		{running, "anonymous", nil, "/recover", http.StatusForbidden}, // v1 recover is off
+		// sign-quote needs no user: the feature gate comes first, in
+		// every state (no manifest enables it here).
+		{running, "anonymous", nil, "/api/v2/sign-quote", http.StatusForbidden},
+		{empty, "anonymous", nil, "/api/v2/sign-quote", http.StatusForbidden},
 		{empty, "anonymous", nil, "/api/v2/recover", http.StatusConflict},
 		{empty, "alice", &alice, "/api/v2/update", http.StatusConflict},
 		{empty, "alice", &alice, "/api/v2/secrets", http.StatusConflict},
@@ -358,61 +369,102 @@ func TestTooLargeAnswerArrives(t *testing.T) {
 }
 
 // TestBusyBodiesGet503: the memory for bodies being decoded is bounded
-// (D16). With a 64 MiB Go memory limit the budget is its smallest, 32 MiB
-// or one update of the largest size, whichever is more; an update
-// declaring a 10 MiB body reserves about three times that while it is
-// decoded, so only one fits at a time. Of several such requests held open
-// half-sent, exactly one is admitted and the others get 503 at once with
-// Retry-After and a JSend error. Once the admitted one is answered, its
-// memory is free again: a second round goes the same way.
+// (D16) and reserved as the bytes arrive. With a 64 MiB Go memory limit
+// the budget is its smallest, two updates of the largest size (about
+// 67 MiB), and one address may hold half of it; an update of 10 MiB takes
+// about three times that while it is decoded. Requests that declare 10 MiB
+// and send a few bytes take almost nothing: all are admitted. Once one of
+// them has sent nearly all its body, a second from the same address that
+// does the same is refused with 429 (its address holds its share); one from
+// another address fits; one from a third does not fit the budget and gets
+// 503. Every refusal is immediate, with Retry-After and a JSend answer.
+// The admitted ones are answered once complete, and the memory is free
+// again.
 func TestBusyBodiesGet503(t *testing.T) {
-	c := startCoordinator(t, "", "GOMEMLIMIT=64MiB")
+	c := startCoordinator(t, "", "GOMEMLIMIT=64MiB", "QUARRY_CLIENT_MIN_BODY_RATE=0")
 	f := newFixture(t)
 	expect(t, setManifest(t, c, c.client(nil, nil), f.bytes(t)), http.StatusOK, "success")
 	alice := f.users["alice"].cert
 	first := []byte(`{"manifest":"`)
 	rest := append(bytes.Repeat([]byte{'A'}, 10<<20-len(first)-2), `"}`...)
-	const held = 4
-	for round := range 2 {
-		type answer struct {
-			i    int
-			resp *http.Response
-			r    response
-			err  error
-		}
-		answers := make(chan answer, held)
-		conns := make([]*rawConn, held)
-		for i := range conns {
-			rc := dialRaw(t, c, &alice)
-			rc.startRequest(t, http.MethodPost, "/api/v2/update", int64(len(first)+len(rest)), first)
-			conns[i] = rc
-			go func() {
-				resp, r, err := rc.readAnswerErr(http.MethodPost)
-				answers <- answer{i, resp, r, err}
-			}()
-		}
-		refused := map[int]bool{}
-		for range held - 1 { // only refusals can come: no body is complete
-			a := <-answers
+	length := int64(len(first) + len(rest))
+	type answer struct {
+		resp *http.Response
+		r    response
+		err  error
+	}
+	start := func(src string) (*rawConn, chan answer) {
+		rc := dialRawFrom(t, c, &alice, src)
+		rc.startRequest(t, http.MethodPost, "/api/v2/update", length, first)
+		ch := make(chan answer, 1)
+		go func() {
+			resp, r, err := rc.readAnswerErr(http.MethodPost)
+			ch <- answer{resp, r, err}
+		}()
+		return rc, ch
+	}
+	refused := func(what string, ch chan answer, status int, msg string) {
+		t.Helper()
+		select {
+		case a := <-ch:
 			if a.err != nil {
-				t.Fatal(a.err)
+				t.Fatalf("%s: %v", what, a.err)
 			}
-			if a.r.HTTPStatus != http.StatusServiceUnavailable || a.r.Status != "error" || a.resp.Header.Get("Retry-After") == "" ||
-				!strings.Contains(a.r.Message, "busy") || a.r.ContentType != "application/json" {
-				t.Fatalf("round %d: answer %d Retry-After %q: %s", round, a.r.HTTPStatus, a.resp.Header.Get("Retry-After"), a.r.Raw)
+			if a.r.HTTPStatus != status || a.resp.Header.Get("Retry-After") == "" || !strings.Contains(a.r.Message, msg) || a.r.ContentType != "application/json" {
+				t.Fatalf("%s: answer %d Retry-After %q: %s", what, a.r.HTTPStatus, a.resp.Header.Get("Retry-After"), a.r.Raw)
 			}
-			refused[a.i] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no answer", what)
 		}
-		for i, rc := range conns {
-			if !refused[i] {
-				if _, err := rc.Write(rest); err != nil {
-					t.Fatal(err)
-				}
+	}
+	pending := func(what string, ch chan answer) {
+		t.Helper()
+		select {
+		case a := <-ch:
+			t.Fatalf("%s was answered before its body was complete: %d %s %v", what, a.r.HTTPStatus, a.r.Raw, a.err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	for round := range 2 {
+		// Four declared 10 MiB each from one address; a few bytes sent.
+		conns := make([]*rawConn, 4)
+		answers := make([]chan answer, 4)
+		for i := range conns {
+			conns[i], answers[i] = start("127.0.0.1")
+		}
+		for i := range conns {
+			pending(fmt.Sprintf("round %d: declared request %d", round, i), answers[i])
+		}
+		// The first sends all but the last byte: it holds about 30 MiB.
+		if _, err := conns[0].Write(rest[:len(rest)-1]); err != nil {
+			t.Fatal(err)
+		}
+		pending("the first request", answers[0])
+		// A second from the same address does not fit its share.
+		conns[1].Write(rest)
+		refused("a second large body from the same address", answers[1], http.StatusTooManyRequests, "your address")
+		// One from another address fits the budget.
+		other, otherAnswer := start("127.0.0.2")
+		if _, err := other.Write(rest[:len(rest)-1]); err != nil {
+			t.Fatal(err)
+		}
+		pending("a large body from another address", otherAnswer)
+		// A third address finds the budget taken.
+		third, thirdAnswer := start("127.0.0.3")
+		third.Write(rest)
+		refused("a large body when the budget is taken", thirdAnswer, http.StatusServiceUnavailable, "busy")
+		// The admitted ones complete: answered (not a manifest).
+		for _, held := range []struct {
+			rc *rawConn
+			ch chan answer
+		}{{conns[0], answers[0]}, {other, otherAnswer}} {
+			held.rc.Write(rest[len(rest)-1:])
+			if a := <-held.ch; a.err != nil || a.r.HTTPStatus != http.StatusBadRequest {
+				t.Fatalf("round %d: an admitted request: %v %d %s", round, a.err, a.r.HTTPStatus, a.r.Raw)
 			}
 		}
-		a := <-answers
-		if a.err != nil || a.r.HTTPStatus != http.StatusBadRequest { // admitted; not a manifest
-			t.Fatalf("round %d: the admitted request: %v %d %s", round, a.err, a.r.HTTPStatus, a.r.Raw)
+		for _, rc := range append(conns, other, third) {
+			rc.Close()
 		}
 	}
 	expect(t, do(t, c.client(nil, &alice), http.MethodPost, c.url("/api/v2/update"), map[string][]byte{"manifest": packageUpdate(2)}), http.StatusOK, "success")

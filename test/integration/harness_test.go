@@ -69,6 +69,9 @@ type coordinator struct {
 	// served is closed when the process logs that it serves its loaded
 	// state.
 	served chan struct{}
+	// launcher, if set, runs the binary (its path and arguments follow);
+	// it must exec it, so that the process is the Coordinator's.
+	launcher []string
 
 	mu     sync.Mutex
 	logs   bytes.Buffer
@@ -108,6 +111,9 @@ func (c *coordinator) start() {
 	t := c.t
 	t.Helper()
 	c.cmd = exec.Command(coordinatorBin)
+	if len(c.launcher) > 0 {
+		c.cmd = exec.Command(c.launcher[0], append(c.launcher[1:], coordinatorBin)...)
+	}
 	c.cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"EDG_COORDINATOR_CLIENT_ADDR=127.0.0.1:0",

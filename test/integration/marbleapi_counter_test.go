@@ -2,7 +2,9 @@ package integration
 
 import (
 	"crypto/tls"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -119,4 +121,78 @@ func TestMarbleAPIMonotonicCounterState(t *testing.T) {
 	if r.HTTPStatus != http.StatusMethodNotAllowed {
 		t.Fatalf("GET: %d %s, want 405", r.HTTPStatus, r.Raw)
 	}
+}
+
+// expectCounterRefused checks a refused counter: the status, JSend fail,
+// and a message that says each of words.
+func expectCounterRefused(t *testing.T, r response, status int, words ...string) {
+	t.Helper()
+	expect(t, r, status, "fail")
+	for _, w := range words {
+		if !strings.Contains(r.Message, w) {
+			t.Errorf("message %q does not say %q", r.Message, w)
+		}
+	}
+}
+
+// TestMarbleAPIMonotonicCounterLimits: the configured limits refuse new
+// counters with a JSend fail naming the limit and its setting — a name too
+// long (400), too many counters of one Marble, keyed by type and UUID
+// (403), too many in all (403) — while existing counters can still be
+// raised, also after a restart; a refusal stores nothing.
+func TestMarbleAPIMonotonicCounterLimits(t *testing.T) {
+	s := newMarbleSetupEnv(t, []string{"QUARRY_MAX_COUNTERS_PER_MARBLE=3", "QUARRY_MAX_COUNTER_NAME=16", "QUARRY_MAX_COUNTERS=5"}, "MonotonicCounter")
+	m := newTestMarble(t)
+	a := parseActivated(t, m.mustActivate(t, s.c, "backend", marbleUUIDA))
+	b := parseActivated(t, m.mustActivate(t, s.c, "backend", marbleUUIDB))
+
+	expectCounterRefused(t, s.postCounter(t, &a.tls, strings.Repeat("n", 17), 1), http.StatusBadRequest,
+		"17 bytes", "at most 16", "--max-counter-name", "QUARRY_MAX_COUNTER_NAME")
+	s.setCounter(t, &a.tls, strings.Repeat("n", 16), 1)
+	s.setCounter(t, &a.tls, "b", 1)
+	s.setCounter(t, &a.tls, "c", 1)
+	expectCounterRefused(t, s.postCounter(t, &a.tls, "d", 1), http.StatusForbidden,
+		"has 3 monotonic counters", marbleUUIDA, "--max-counters-per-marble", "QUARRY_MAX_COUNTERS_PER_MARBLE")
+	if got := s.setCounter(t, &a.tls, "c", 7); got != 1 {
+		t.Fatalf("raising an existing counter at the limit: previous %d, want 1", got)
+	}
+	// Another UUID has its own counters, up to the total of 5.
+	s.setCounter(t, &b.tls, "a", 1)
+	s.setCounter(t, &b.tls, "b", 1)
+	expectCounterRefused(t, s.postCounter(t, &b.tls, "c", 1), http.StatusForbidden,
+		"holds 5 monotonic counters", "--max-counters", "QUARRY_MAX_COUNTERS")
+
+	s.c.restart()
+	if got := s.setCounter(t, &a.tls, "c", 8); got != 7 {
+		t.Fatalf("after a restart: previous %d, want 7", got)
+	}
+	expectCounterRefused(t, s.postCounter(t, &b.tls, "c", 1), http.StatusForbidden, "QUARRY_MAX_COUNTERS")
+	// None of the refused counters exists: setting them to 0 answers 0
+	// (a refused one would have been 1).
+	for _, tc := range []struct {
+		cert *activated
+		name string
+	}{{&a, "d"}, {&b, "c"}} {
+		if got := s.setCounter(t, &tc.cert.tls, tc.name, 0); got != 0 {
+			t.Fatalf("refused counter %q is %d", tc.name, got)
+		}
+	}
+}
+
+// TestMarbleAPIMonotonicCounterDefaultLimits: without settings, the
+// names of about 4 KB that once let a Marble grow the sealed state past
+// etcd's request limit are refused, and so is a Marble's 65th counter;
+// the admin's requests still work after it.
+func TestMarbleAPIMonotonicCounterDefaultLimits(t *testing.T) {
+	s := newMarbleSetup(t, "MonotonicCounter")
+	a := parseActivated(t, newTestMarble(t).mustActivate(t, s.c, "backend", marbleUUIDA))
+	expectCounterRefused(t, s.postCounter(t, &a.tls, strings.Repeat("x", 4000), 1), http.StatusBadRequest,
+		"4000 bytes", "at most 128", "QUARRY_MAX_COUNTER_NAME")
+	for i := range 64 {
+		s.setCounter(t, &a.tls, fmt.Sprintf("%0128d", i), 1)
+	}
+	expectCounterRefused(t, s.postCounter(t, &a.tls, "one more", 1), http.StatusForbidden,
+		"has 64 monotonic counters", "QUARRY_MAX_COUNTERS_PER_MARBLE")
+	expect(t, do(t, s.adminClient(), http.MethodPost, s.c.url("/api/v2/secrets"),
+		map[string]any{"secrets": map[string]any{"token": map[string]any{"key": []byte("t")}}}), http.StatusOK, "success")
 }

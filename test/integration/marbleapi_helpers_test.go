@@ -97,7 +97,14 @@ type marbleSetup struct {
 
 func newMarbleSetup(t *testing.T, gates ...string) *marbleSetup {
 	t.Helper()
-	c := startCoordinator(t, "")
+	return newMarbleSetupEnv(t, nil, gates...)
+}
+
+// newMarbleSetupEnv is newMarbleSetup with extra environment variables for
+// the Coordinator.
+func newMarbleSetupEnv(t *testing.T, env []string, gates ...string) *marbleSetup {
+	t.Helper()
+	c := startCoordinator(t, "", env...)
 	hc := c.client(nil, nil)
 	root := fetchRoot(t, c, hc)
 	admin, adminPEM := newUserCert(t, "admin")

@@ -55,7 +55,12 @@ func newRecoverySetupEnv(t *testing.T, env []string, change func(f *fixture)) *r
 
 func newRecoverySetupIn(t *testing.T, n int, env []string, change func(f *fixture)) *recoverySetup {
 	t.Helper()
-	c := startCoordinator(t, "", env...)
+	return newRecoverySetupOn(t, startCoordinator(t, "", env...), n, change)
+}
+
+// newRecoverySetupOn is newRecoverySetupN on the Coordinator c.
+func newRecoverySetupOn(t *testing.T, c *coordinator, n int, change func(f *fixture)) *recoverySetup {
+	t.Helper()
 	hc := c.client(nil, nil)
 	root := fetchRoot(t, c, hc)
 	f := newFixture(t)

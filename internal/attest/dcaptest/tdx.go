@@ -23,6 +23,9 @@ type TDXQuoteOptions struct {
 	BodyType uint16 // v5 only: 0 means TD 1.0; tdxquote.BodyTypeTD15
 	// Body is the TD report; a zero TEETCBSVN means DefaultTEETCBSVN.
 	Body tdxquote.TDReport
+	// CertData is the PCK certification data (type 5); nil means
+	// ChainPEM.
+	CertData []byte
 }
 
 // DefaultTEETCBSVN is module SVN 6, major version 1, late microcode SVN 3.
@@ -80,7 +83,10 @@ func (pl *Platform) TDXQuote(tb testing.TB, o TDXQuoteOptions) []byte {
 	qeData = append(qeData, SignRaw(tb, pl.PCKKey, qe[:])...)
 	qeData = binary.LittleEndian.AppendUint16(qeData, uint16(len(auth)))
 	qeData = append(qeData, auth...)
-	qeData = appendCertData(qeData, sgxquote.CertTypePCKChain, pl.ChainPEM())
+	if o.CertData == nil {
+		o.CertData = pl.ChainPEM()
+	}
+	qeData = appendCertData(qeData, sgxquote.CertTypePCKChain, o.CertData)
 	sigData := SignRaw(tb, ak, signed)
 	sigData = append(sigData, akBytes...)
 	sigData = appendCertData(sigData, sgxquote.CertTypeQEReport, qeData)

@@ -287,3 +287,11 @@ func Parse(b []byte) (*Quote, error) {
 	}
 	return q, nil
 }
+
+// Compact returns the quote without its padding and with what no
+// signature covers cut from its certification data (sgxquote.Compact):
+// the PCK certificate chain in canonical PEM, sizes adjusted. The result
+// verifies as the quote does and is never longer than Raw.
+func (q *Quote) Compact() []byte {
+	return sgxquote.CompactCertData(q.raw, len(q.signed), true, q.CertType, q.CertData)
+}

@@ -328,31 +328,6 @@ func TestDeadline(t *testing.T) {
 	expectStatus(t, err, codes.DeadlineExceeded, "the activation did not finish within 100ms and was abandoned; nothing was stored; activate again")
 }
 
-// TestConnectionLimit checks that connections over the limit wait until
-// one closes.
-func TestConnectionLimit(t *testing.T) {
-	fake := &fakeCoordinator{answer: func(context.Context, core.ActivationRequest) (*core.Activation, error) {
-		return &core.Activation{}, nil
-	}}
-	ts := startServer(t, fake, Options{MaxConnections: 1})
-	first, err := tls.Dial("tcp", ts.addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"},
-		Certificates: []tls.Certificate{selfSigned(t, "m", false)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := dial(t, ts.addr, selfSigned(t, "m", false))
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	_, err = c.Activate(ctx, &marblepb.ActivationReq{}, grpc.WaitForReady(true))
-	cancel()
-	if status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("second connection while the first is open: %v, want it to wait", err)
-	}
-	first.Close()
-	if _, err := activate(context.Background(), c, grpc.WaitForReady(true)); err != nil {
-		t.Fatalf("after the first connection closed: %v", err)
-	}
-}
-
 // TestShutdownWaitsForActivations checks the graceful stop: a running
 // activation finishes and is answered; a stop whose time is up cuts it off.
 func TestShutdownWaitsForActivations(t *testing.T) {

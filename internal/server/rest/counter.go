@@ -8,15 +8,17 @@ import (
 
 // postMonotonicCounter raises a Marble's monotonic counter and returns its
 // previous value (behaviour.md §3.3). Before the body is read (decision
-// D16): the state (409) and the caller's Marble certificate, the leaf only
-// (401, decision D14). The MonotonicCounter feature gate (403) is the
-// core's check, after the body: only an authenticated Marble learns
-// whether the feature is on.
+// D16): the state (409), the caller's Marble certificate, the leaf only
+// (401, decision D14), then the MonotonicCounter feature gate (403): only
+// an authenticated Marble learns whether the feature is on.
 func (s *server) postMonotonicCounter(r *http.Request) (any, error) {
 	if err := s.c.CheckMonotonicCounter(); err != nil {
 		return nil, err
 	}
 	if _, err := s.c.AuthenticateMarble(peerCertificates(r)); err != nil {
+		return nil, err
+	}
+	if err := s.c.CheckMonotonicCounterFeature(); err != nil {
 		return nil, err
 	}
 	var req v2.MonotonicCounterRequest

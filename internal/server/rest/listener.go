@@ -51,6 +51,10 @@ type guardConn struct {
 	checked bool
 }
 
+// NetConn returns the wrapped connection (as tls.Conn's NetConn does), so
+// that wrappers below can be found (admission.Listener.ConnState).
+func (c *guardConn) NetConn() net.Conn { return c.Conn }
+
 func (c *guardConn) Read(p []byte) (int, error) {
 	if c.checked || len(p) == 0 {
 		return c.Conn.Read(p)

@@ -11,6 +11,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/quarry-cc/quarry/internal/admission"
 )
 
 type ctxKey struct{}
@@ -150,4 +152,22 @@ func cleanPath(p string) string {
 		np += "/"
 	}
 	return np
+}
+
+// withSourceGate refuses a request with 429 while its source address has
+// as many requests in progress as gate allows (admission.Gate): one
+// address, also over HTTP/2 with many streams per connection, cannot take
+// all the Coordinator's request handling.
+func withSourceGate(gate *admission.Gate, refuse func(http.ResponseWriter, *http.Request, error)) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			src := admission.SourceOf(r.RemoteAddr)
+			if !gate.Enter(src) {
+				refuse(w, r, errTooManyRequests)
+				return
+			}
+			defer gate.Leave(src)
+			next.ServeHTTP(w, r)
+		})
+	}
 }

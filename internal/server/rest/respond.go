@@ -13,6 +13,7 @@ import (
 
 	"github.com/quarry-cc/quarry/api/jsend"
 	v2 "github.com/quarry-cc/quarry/api/v2"
+	"github.com/quarry-cc/quarry/internal/admission"
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/manifest"
 )
@@ -28,17 +29,34 @@ var (
 		msg:        "the Coordinator is busy with other large requests; retry in a moment",
 		retryAfter: 1,
 	}
+	// errSourceBusy: the request's source address holds its share of
+	// the memory for request bodies already.
+	errSourceBusy = &limitError{
+		msg:        "too many large requests from your address at once: it holds its share of the Coordinator's memory for request bodies; retry when one of them has been answered",
+		retryAfter: 1,
+	}
+	// errTooManyRequests: the request's source address has as many
+	// requests in progress as it may.
+	errTooManyRequests = &limitError{
+		msg:        "too many requests from your address in progress at once; retry when one of them has been answered",
+		retryAfter: 1,
+	}
 )
+
+// msgNoFiles is the message of a request that failed because the process
+// has no file descriptor left (EMFILE, ENFILE).
+const msgNoFiles = "the Coordinator has too many open files at the moment; retry in a moment"
 
 // msgStoreUnavailable is the message of a request refused because the
 // shared store cannot be reached (core.ErrUnavailable).
 const msgStoreUnavailable = "the Coordinator cannot reach its state store (etcd); try again, here or at another instance (a retry runs against the stored state, so nothing is applied twice)"
 
-// bodyError is a problem with the request body or query (400, or 413 when
-// the body is too large).
+// bodyError is a problem with the request body or query (400, 413 when
+// the body is too large, 408 when it arrived too slowly).
 type bodyError struct {
 	msg      string
 	tooLarge bool
+	timeout  bool
 }
 
 func (e *bodyError) Error() string { return e.msg }
@@ -58,8 +76,19 @@ type unavailableError struct {
 	err        error // the cause, if any (logged, not shown)
 }
 
-func (e *unavailableError) Error() string { return e.msg }
-func (e *unavailableError) Unwrap() error { return e.err }
+func (e *unavailableError) Error() string   { return e.msg }
+func (e *unavailableError) Unwrap() error   { return e.err }
+func (e *unavailableError) RetryAfter() int { return e.retryAfter }
+
+// limitError is a request refused because its source address holds as
+// much as one address may (429, with Retry-After in seconds).
+type limitError struct {
+	msg        string
+	retryAfter int
+}
+
+func (e *limitError) Error() string   { return e.msg }
+func (e *limitError) RetryAfter() int { return e.retryAfter }
 
 // failData is an error that carries the data object of a fail response.
 type failData interface {
@@ -89,15 +118,21 @@ func statusOf(err error) (int, class) {
 		de *disabledError
 		ue *unavailableError
 		he *headerError
+		le *limitError
 	)
 	switch {
 	case errors.As(err, &he):
 		return http.StatusRequestHeaderFieldsTooLarge, classClient
-	case errors.As(err, &ue), errors.Is(err, core.ErrUnavailable):
+	case errors.As(err, &ue), errors.Is(err, core.ErrUnavailable), admission.NoFiles(err):
 		return http.StatusServiceUnavailable, classUnavailable
+	case errors.As(err, &le):
+		return http.StatusTooManyRequests, classClient
 	case errors.As(err, &be):
-		if be.tooLarge {
+		switch {
+		case be.tooLarge:
 			return http.StatusRequestEntityTooLarge, classClient
+		case be.timeout:
+			return http.StatusRequestTimeout, classClient
 		}
 		return http.StatusBadRequest, classClient
 	case errors.As(err, &de):
@@ -178,20 +213,36 @@ func (r renderer) write(w http.ResponseWriter, req *http.Request, data any, err 
 			r.log.Error("request failed", "requestID", requestID(req.Context()), "error", err.Error())
 			msg = "internal error (request ID " + requestID(req.Context()) + "); see the Coordinator's log"
 		case classUnavailable:
-			retryAfter := 1
 			var ue *unavailableError
-			if errors.As(err, &ue) {
+			switch {
+			case errors.As(err, &ue):
 				if ue.err != nil {
 					r.log.Warn("request abandoned", "requestID", requestID(req.Context()), "error", ue.err.Error())
 				}
-				retryAfter = max(ue.retryAfter, 1)
-			} else {
+			case admission.NoFiles(err):
+				// A file the use case needed could not be opened:
+				// the cause goes to the log, the client retries.
+				r.log.Warn("request refused: no file descriptor left", "requestID", requestID(req.Context()), "error", err.Error())
+				msg = msgNoFiles
+			default:
 				// core.ErrUnavailable: the cause (etcd's endpoints and
 				// error) goes to the log, the client gets what to do.
 				r.log.Warn("request refused: the shared state store is unavailable", "requestID", requestID(req.Context()), "error", err.Error())
 				msg = msgStoreUnavailable
 			}
-			w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+		}
+		if cl != classInternal {
+			retryAfter := 0
+			var ra interface{ RetryAfter() int }
+			if errors.As(err, &ra) {
+				retryAfter = ra.RetryAfter()
+			}
+			if cl == classUnavailable {
+				retryAfter = max(retryAfter, 1)
+			}
+			if retryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+			}
 		}
 		switch {
 		case r.v1:

@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/quarry-cc/quarry/internal/core"
@@ -48,6 +50,11 @@ func TestStatusOf(t *testing.T) {
 		{errBusy, http.StatusServiceUnavailable, classUnavailable},
 		{&unavailableError{msg: "late", err: context.DeadlineExceeded}, http.StatusServiceUnavailable, classUnavailable},
 		{context.DeadlineExceeded, http.StatusInternalServerError, classInternal},
+		{&bodyError{msg: "slow", timeout: true}, http.StatusRequestTimeout, classClient},
+		{errSourceBusy, http.StatusTooManyRequests, classClient},
+		{errTooManyRequests, http.StatusTooManyRequests, classClient},
+		{fmt.Errorf("commit: %w", &os.PathError{Op: "open", Path: "sealed_key", Err: syscall.EMFILE}), http.StatusServiceUnavailable, classUnavailable},
+		{&os.PathError{Op: "open", Path: "sealed_data.tmp", Err: syscall.ENFILE}, http.StatusServiceUnavailable, classUnavailable},
 	} {
 		status, class := statusOf(tc.err)
 		if status != tc.status || class != tc.class {

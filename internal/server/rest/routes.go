@@ -19,6 +19,7 @@ import (
 	"time"
 
 	v2 "github.com/quarry-cc/quarry/api/v2"
+	"github.com/quarry-cc/quarry/internal/admission"
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/secrets"
 )
@@ -46,6 +47,14 @@ type Coordinator interface {
 	CheckSetManifest() error
 	CheckRecover() error
 	CheckMonotonicCounter() error
+	// CheckMonotonicCounterFeature is the counter's feature gate, after
+	// AuthenticateMarble and before the body.
+	CheckMonotonicCounterFeature() error
+	// CheckSignQuote is sign-quote's feature gate before its body.
+	CheckSignQuote() error
+	// CheckRecoverUnsigned is the v1 recover's state and enclave check
+	// before its body.
+	CheckRecoverUnsigned() error
 	RecoverySecrets(ctx context.Context, peer []*x509.Certificate) (map[string][]byte, error)
 	// AuthenticateMarble is the monotonic counter's cheap check before
 	// its body is read: a Marble certificate of the current Marble Root.
@@ -69,7 +78,19 @@ type Options struct {
 	// once (0: DefaultBodyMemory); it is raised to fit at least one
 	// request of the largest size.
 	BodyMemory int64
-	Logger     *slog.Logger
+	// MinBodyRate is the slowest a request body may arrive, in bytes per
+	// second on average since the request came, once BodyGrace has
+	// passed (0: no minimum); a slower body is cut with 408.
+	MinBodyRate int64
+	BodyGrace   time.Duration
+	// BodyTimeout bounds the arrival of a whole body from the request's
+	// start (0: none). The body's read deadlines replace the server's,
+	// so it should be the server's ReadTimeout.
+	BodyTimeout time.Duration
+	// MaxRequestsPerSource bounds the requests in progress from one
+	// source address (admission.Source); more get 429 (0: no bound).
+	MaxRequestsPerSource int
+	Logger               *slog.Logger
 	// Metrics, if set, records every request by route (metrics.go).
 	Metrics RequestMetrics
 	// Readiness answers GET /api/v2/readyz (nil: ready whatever the
@@ -101,7 +122,8 @@ type server struct {
 
 	warned        sync.Map // v1 paths whose deprecation was logged
 	manifestCache atomic.Pointer[manifestCache]
-	budget        *memoryBudget // of request bodies being decoded
+	budget        *memoryBudget   // of request bodies being decoded
+	gate          *admission.Gate // requests in progress per source
 }
 
 // deprecated logs, once per path and process, that a v1 path was used.
@@ -173,8 +195,7 @@ func newServer(c Coordinator, opts Options) (http.Handler, *server) {
 			}
 			data, err := h(r)
 			if err != nil && errors.Is(r.Context().Err(), context.DeadlineExceeded) {
-				err = &unavailableError{err: err, retryAfter: 10, msg: fmt.Sprintf(
-					"the request did not finish within %s and was abandoned; nothing was stored; retry later", s.opts.RequestTimeout)}
+				err = &unavailableError{err: err, retryAfter: 10, msg: abandoned(s.opts.RequestTimeout, err)}
 			}
 			rend.write(w, r, data, err)
 		})
@@ -192,11 +213,13 @@ func newServer(c Coordinator, opts Options) (http.Handler, *server) {
 		renderer{log: s.log, v1: isV1(r), methods: methods}.write(w, r, nil, errPanic)
 	}
 	maxBody := max(manifestBodyLimit(opts.MaxManifestBytes), opts.MaxManifestBytes, maxSmallBody)
-	s.budget = &memoryBudget{size: max(cmp.Or(opts.BodyMemory, DefaultBodyMemory), decodeCost(maxBody))}
+	s.budget = newMemoryBudget(cmp.Or(opts.BodyMemory, DefaultBodyMemory), decodeCost(maxBody))
+	s.gate = admission.NewGate(opts.MaxRequestsPerSource)
 	refuse := func(w http.ResponseWriter, r *http.Request, err error) {
 		renderer{log: s.log, v1: isV1(r), methods: methods}.write(w, r, nil, err)
 	}
-	h := withRequestLog(s.log, onPanic)(withRequestChecks(refuse)(withBodies(s.budget, maxBody)(mux)))
+	p := pace{rate: opts.MinBodyRate, grace: opts.BodyGrace, timeout: opts.BodyTimeout}
+	h := withRequestLog(s.log, onPanic)(withRequestChecks(refuse)(withBodies(s.budget, p, maxBody)(withSourceGate(s.gate, refuse)(mux))))
 	if opts.Metrics != nil {
 		known := make(map[string]bool, len(methods))
 		for p := range methods {
@@ -205,6 +228,20 @@ func newServer(c Coordinator, opts Options) (http.Handler, *server) {
 		h = withRequestMetrics(opts.Metrics, known)(h)
 	}
 	return h, s
+}
+
+// abandoned is the message of a request that failed past its deadline: it
+// says what the core knows the failed change left in the store
+// (core.OutcomeOf), so that a client repeats a request only where that
+// cannot apply its change twice.
+func abandoned(timeout time.Duration, err error) string {
+	switch core.OutcomeOf(err) {
+	case core.Stored:
+		return fmt.Sprintf("the request did not finish within %s: the change WAS stored, but the store reported an error afterwards (see the Coordinator's log); do not repeat the request, check the state first", timeout)
+	case core.OutcomeUnknown:
+		return fmt.Sprintf("the request did not finish within %s and was abandoned; whether the change was stored is unknown (the store could not be read back); check the state before repeating the request", timeout)
+	}
+	return fmt.Sprintf("the request did not finish within %s and was abandoned; nothing was stored; retry later", timeout)
 }
 
 // isV1 tells whether a request outside the route table is answered in the

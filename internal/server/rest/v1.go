@@ -78,7 +78,7 @@ func (s *server) v1PostRecover(r *http.Request) (any, error) {
 	if !s.opts.EnableV1Recover {
 		return nil, errV1RecoverDisabled
 	}
-	if err := s.c.CheckRecover(); err != nil {
+	if err := s.c.CheckRecoverUnsigned(); err != nil {
 		return nil, err
 	}
 	var secret []byte
