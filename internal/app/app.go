@@ -107,6 +107,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		unlock()
 		return nil, err
 	}
+	if err := a.applyStartupManifest(ctx); err != nil {
+		unlock()
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -184,7 +188,7 @@ func (a *App) prepare(ctx context.Context) error {
 }
 
 // loadCore makes the Coordinator on the stores data and key (its state
-// loaded), its probe and metrics, and applies the startup manifest.
+// loaded), its probe and metrics.
 func (a *App) loadCore(ctx context.Context, data, key store.Store) error {
 	dns, ips := a.cfg.SplitNames()
 	marker, err := a.restoreMarker() // logstore.go
@@ -227,7 +231,7 @@ func (a *App) loadCore(ctx context.Context, data, key store.Store) error {
 	}
 	a.core = c
 	a.initMetrics()
-	return a.applyStartupManifest(ctx)
+	return nil
 }
 
 // activationEvents translates the configured number of kept activation

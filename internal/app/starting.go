@@ -27,7 +27,8 @@ import (
 	"github.com/quarry-cc/quarry/internal/store/etcdstore"
 )
 
-// The start on a shared store (docs/ha.md, "etcd unreachable"). Run
+// The start on a shared store (docs/ha.md, "Starting while etcd is
+// unreachable"). Run
 // listens at once and serves a gate: until the state is loaded the health
 // endpoints answer, readiness says why the Coordinator is not ready, every
 // other Client API request gets 503 with Retry-After and every Marble
@@ -139,7 +140,7 @@ func publicCause(err error) string {
 // or etcd unreachable) until ctx ends. Any other failure ends the start
 // with its reason: TLS with etcd refused etcdstore.TLSAttempts times in a
 // row, a different instance on the prefix, the sealer, the attestation,
-// a startup manifest that cannot be read.
+// a startup manifest that cannot be read or is refused.
 func (a *App) startShared(ctx context.Context, st *startStatus) error {
 	wait := startBackoff
 	for {
@@ -187,6 +188,13 @@ func (a *App) tryStartShared(ctx context.Context, st *startStatus) error {
 		lctx, cancel := context.WithTimeout(ctx, loadTimeout)
 		err = a.loadCore(lctx, data, key)
 		cancel()
+	}
+	if err == nil {
+		// Not under loadTimeout: a manifest's secrets may take long to
+		// make (--max-secret-generation); its steps with etcd are bounded
+		// by the store timeout.
+		st.set("applying the startup manifest")
+		err = a.applyStartupManifest(ctx)
 	}
 	if err != nil {
 		cli.Close()

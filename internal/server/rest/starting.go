@@ -10,12 +10,13 @@ import (
 )
 
 // Starting returns the Client API handler of a Coordinator whose state is
-// not loaded yet (docs/ha.md, "etcd unreachable"): GET /api/v2/healthz
-// answers alive, GET /api/v2/readyz 503 with ready's reason, and every
-// other request a 503 error with Retry-After that says the Coordinator is
-// starting and why it is not ready. It reads nothing from the Coordinator
-// (there is no state to read), so it serves no status code, quote,
-// manifest or secret. It never waits: every answer is immediate.
+// not loaded yet (docs/ha.md, "Starting while etcd is unreachable"): GET
+// /api/v2/healthz answers alive, GET /api/v2/readyz 503 with ready's
+// reason, and every other request a 503 error with Retry-After that says
+// the Coordinator is starting and why it is not ready. It reads nothing
+// from the Coordinator (there is no state to read), so it serves no status
+// code, quote, manifest or secret. It never waits: every answer is
+// immediate.
 func Starting(ready Readiness, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
