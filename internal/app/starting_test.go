@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -124,14 +126,19 @@ func TestTemporaryCertificate(t *testing.T) {
 // TestRunWaitsForEtcd: with store etcd unreachable Run listens at once,
 // answers not ready (Client API and metrics) and refuses every other
 // request under the temporary certificate; when etcd answers the same Run
-// loads the state and serves it; a cancel during the wait returns nil
-// promptly.
+// loads the state, applies the startup manifest and serves it; a cancel
+// during the wait returns nil promptly.
 func TestRunWaitsForEtcd(t *testing.T) {
 	cluster := etcdtest.Start(t, 1)
 	proxy := etcdtest.NewProxy(t, strings.TrimPrefix(cluster.Endpoints()[0], "http://"))
 	proxy.DropRequests(true)
+	manifestFile := filepath.Join(t.TempDir(), "manifest.json")
+	if err := os.WriteFile(manifestFile, []byte(peerTestManifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	env := map[string]string{
-		"QUARRY_STORE": "etcd", "QUARRY_ETCD_ENDPOINTS": "http://" + proxy.Addr(), "QUARRY_ETCD_PREFIX": "/wait/",
+		"EDG_STARTUP_MANIFEST": manifestFile,
+		"QUARRY_STORE":         "etcd", "QUARRY_ETCD_ENDPOINTS": "http://" + proxy.Addr(), "QUARRY_ETCD_PREFIX": "/wait/",
 		"QUARRY_INSECURE_PEER_TRUST": "1", "QUARRY_STORE_TIMEOUT": "300ms",
 		"EDG_COORDINATOR_PROMETHEUS_ADDR": "127.0.0.1:0",
 	}
@@ -184,7 +191,7 @@ func TestRunWaitsForEtcd(t *testing.T) {
 	logs.addr(t, "state loaded; serving") // waits for the line
 	code, body, leaf = get(client + "/api/v2/status")
 	var st struct{ Data struct{ Code int } }
-	if json.Unmarshal([]byte(body), &st); code != http.StatusOK || st.Data.Code != int(core.StateAcceptingManifest) {
+	if json.Unmarshal([]byte(body), &st); code != http.StatusOK || st.Data.Code != int(core.StateAcceptingMarbles) {
 		t.Fatalf("status once loaded: %d %s", code, body)
 	}
 	if !leaf.Equal(a.core.TLSCertificate().Leaf) {
