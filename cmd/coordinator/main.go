@@ -58,7 +58,12 @@ func run(getenv func(string) string, args []string, stdout, stderr io.Writer) in
 		return exitFailure
 	}
 	if err := a.Run(ctx); err != nil {
-		log.Error("stopped with an error", "error", err.Error())
+		msg := "stopped with an error"
+		var se *app.StartError
+		if errors.As(err, &se) { // store etcd: the start failed after listening
+			msg = "cannot start"
+		}
+		log.Error(msg, "error", err.Error())
 		return exitFailure
 	}
 	log.Info("stopped")

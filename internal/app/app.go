@@ -17,7 +17,10 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/quarry-cc/quarry/internal/admission"
+	"github.com/quarry-cc/quarry/internal/attest"
 	"github.com/quarry-cc/quarry/internal/attest/collateral"
 	"github.com/quarry-cc/quarry/internal/ca"
 	"github.com/quarry-cc/quarry/internal/config"
@@ -58,13 +61,18 @@ const (
 
 // App is a configured Coordinator ready to run.
 type App struct {
-	cfg    config.Config
-	log    *slog.Logger
-	core   *core.Core
+	cfg  config.Config
+	log  *slog.Logger
+	core *core.Core // nil until the state is loaded (store etcd: by Run)
+	// unlock releases the store (the seal directory, or the connection to
+	// etcd); nil until the store is taken.
 	unlock func() error
 	etcd   *etcdstore.Client // with store etcd (store.go)
 	peer   *peerState        // with store etcd (peer.go)
+	// quoter issues this instance's quotes, sealer seals the data key,
 	// verifier verifies quotes (nil without a collateral source).
+	quoter   attest.Issuer
+	sealer   seal.KeySealer
 	verifier core.QuoteVerifier
 
 	// Metrics and health (metrics.go).
@@ -74,20 +82,47 @@ type App struct {
 	collateral *collateral.Cache // nil without a collateral source
 }
 
-// New builds the Coordinator: it takes the seal directory (exclusively),
-// loads the sealed state and applies the startup manifest if one is set.
+// New builds the Coordinator. With the file store it takes the seal
+// directory (exclusively), loads the sealed state and applies the startup
+// manifest if one is set. With store etcd it prepares what needs no store
+// and leaves the rest to Run, which listens meanwhile (starting.go).
 func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error) {
 	a := &App{cfg: cfg, log: log}
-	data, key, unlock, err := a.openStores(ctx) // store.go
+	if a.shared() {
+		if err := a.prepare(ctx); err != nil {
+			return nil, err
+		}
+		return a, nil
+	}
+	data, key, unlock, err := a.openFiles() // store.go
 	if err != nil {
 		return nil, err
 	}
 	a.unlock = unlock
-	if err := a.init(ctx, data, key); err != nil {
+	if err := a.prepare(ctx); err != nil {
+		unlock()
+		return nil, err
+	}
+	if err := a.loadCore(ctx, data, key); err != nil {
+		unlock()
+		return nil, err
+	}
+	if err := a.applyStartupManifest(ctx); err != nil {
 		unlock()
 		return nil, err
 	}
 	return a, nil
+}
+
+// shared reports whether the state is kept in etcd, shared with other
+// instances.
+func (a *App) shared() bool { return a.cfg.Store.Kind == config.StoreEtcd }
+
+// release gives the store back (nothing when it was never taken).
+func (a *App) release() {
+	if a.unlock != nil {
+		a.unlock()
+	}
 }
 
 // tightenSealDir makes an existing seal directory accessible to its owner
@@ -114,8 +149,10 @@ func tightenSealDir(dir string, log *slog.Logger) {
 		"dir", dir, "oldMode", fmt.Sprintf("%04o", old), "newMode", "0700")
 }
 
-func (a *App) init(ctx context.Context, data, key store.Store) error {
-	dns, ips := a.cfg.SplitNames()
+// prepare makes what needs no store: the quote issuer and verifier, the
+// key sealer and, with store etcd, the check of how the data key may be
+// shared and the peer key transfer.
+func (a *App) prepare(ctx context.Context) error {
 	issuer, err := a.issuer()
 	if err != nil {
 		return err
@@ -128,14 +165,33 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 	if err != nil {
 		return err
 	}
-	a.verifier = verifier
-	if err := a.setupPeer(ctx, issuer); err != nil { // peer.go
-		return err
+	a.quoter, a.verifier, a.sealer = issuer, verifier, sealer
+	if a.shared() {
+		if err := a.checkSharedKey(); err != nil { // store.go
+			return err
+		}
+		if err := a.setupPeer(ctx, issuer); err != nil { // peer.go
+			return err
+		}
 	}
-	if err := a.joinShared(ctx, sealer); err != nil {
-		return err
+	enclave := seal.ProtectsKey(sealer)
+	switch {
+	case a.cfg.EnableV1Recover && enclave:
+		a.log.Warn("the unprefixed v1 POST /recover is enabled (QUARRY_ENABLE_V1_RECOVER), but a Coordinator in an enclave refuses every recovery secret without a signature: use POST /api/v2/recover")
+	case a.cfg.EnableV1Recover:
+		a.log.Warn("the unprefixed v1 POST /recover is enabled: it accepts recovery secrets without a signature (QUARRY_ENABLE_V1_RECOVER)")
 	}
-	marker, err := a.restoreMarker()
+	if enclave && a.cfg.MigrateMarbleRun == core.MigrateMarbleRunOn {
+		a.log.Warn("migration of MarbleRun states is on in an enclave (QUARRY_MIGRATE_MARBLERUN=1): a MarbleRun sealed_data is migrated only after MarbleRun's signed recovery; a raw data key in sealed_key is never taken")
+	}
+	return nil
+}
+
+// loadCore makes the Coordinator on the stores data and key (its state
+// loaded), its probe and metrics.
+func (a *App) loadCore(ctx context.Context, data, key store.Store) error {
+	dns, ips := a.cfg.SplitNames()
+	marker, err := a.restoreMarker() // logstore.go
 	if err != nil {
 		return err
 	}
@@ -143,15 +199,15 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 		Names:     ca.Names{DNS: dns, IPs: ips},
 		Data:      data,
 		Key:       key,
-		KeySealer: sealer,
+		KeySealer: a.sealer,
 		// A MarbleRun state: see docs/migration.md, "The enclave rule".
 		MigrateMarbleRun: a.cfg.MigrateMarbleRun,
 		// Update log segments beside the state (logstore.go).
 		LogSegments: a.logSegments(),
-		Issuer:      issuer,
+		Issuer:      a.quoter,
 		Logger:      a.log,
 
-		QuoteVerifier: verifier,
+		QuoteVerifier: a.verifier,
 
 		RecoveryTimeout:   a.cfg.RecoveryTimeout,
 		StoreTimeout:      a.cfg.Store.Timeout,
@@ -169,22 +225,13 @@ func (a *App) init(ctx context.Context, data, key store.Store) error {
 		RestoreMarker: marker,
 	}
 	a.peerOptions(&opts) // peer.go
-	a.core, err = core.New(ctx, opts)
+	c, err := core.New(ctx, opts)
 	if err != nil {
 		return err
 	}
+	a.core = c
 	a.initMetrics()
-	enclave := seal.ProtectsKey(sealer)
-	switch {
-	case a.cfg.EnableV1Recover && enclave:
-		a.log.Warn("the unprefixed v1 POST /recover is enabled (QUARRY_ENABLE_V1_RECOVER), but a Coordinator in an enclave refuses every recovery secret without a signature: use POST /api/v2/recover")
-	case a.cfg.EnableV1Recover:
-		a.log.Warn("the unprefixed v1 POST /recover is enabled: it accepts recovery secrets without a signature (QUARRY_ENABLE_V1_RECOVER)")
-	}
-	if enclave && a.cfg.MigrateMarbleRun == core.MigrateMarbleRunOn {
-		a.log.Warn("migration of MarbleRun states is on in an enclave (QUARRY_MIGRATE_MARBLERUN=1): a MarbleRun sealed_data is migrated only after MarbleRun's signed recovery; a raw data key in sealed_key is never taken")
-	}
-	return a.applyStartupManifest(ctx)
+	return nil
 }
 
 // activationEvents translates the configured number of kept activation
@@ -234,65 +281,36 @@ func (a *App) applyStartupManifest(ctx context.Context) error {
 }
 
 // Run serves the Client API and the Marble API until ctx is cancelled, then
-// shuts both down gracefully and releases the seal directory. If either
-// server fails, the other is shut down too and Run returns the failure.
+// shuts both down gracefully and releases the store. If either server
+// fails, the other is shut down too and Run returns the failure. With store
+// etcd it listens at once and loads the state meanwhile (starting.go):
+// until then both APIs answer that the Coordinator is starting; a start
+// that cannot succeed (a wrong configuration) ends Run with its reason.
 func (a *App) Run(ctx context.Context) error {
-	defer a.unlock()
 	limits := a.admitClients() // limits.go: raises and logs the file descriptor limit
-	tcpLn, err := net.Listen("tcp", a.cfg.ClientAddr)
+	ls, err := a.listen()
 	if err != nil {
-		return fmt.Errorf("client API: %w", err)
-	}
-	admitted := admission.NewListener(tcpLn, limits) // connections per source and in all
-	var ln net.Listener = admitted
-	meshLn, err := net.Listen("tcp", a.cfg.MeshAddr)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("marble API: %w", err)
-	}
-	metricsLn, err := a.listenMetrics()
-	if err != nil {
-		ln.Close()
-		meshLn.Close()
+		a.release()
 		return err
 	}
-	peerLn, err := a.listenPeer() // peer.go
+	admitted := admission.NewListener(ls.client, limits) // connections per source and in all
+	// With the file store the state is loaded (New); with store etcd it
+	// is loaded while the servers answer that the Coordinator is starting.
+	live := a.core != nil
+	st := newStartStatus()
+	g, err := a.newGate(st, !live) // starting.go
 	if err != nil {
-		ln.Close()
-		meshLn.Close()
-		if metricsLn != nil {
-			metricsLn.Close()
-		}
+		admitted.Close()
+		ls.close()
+		a.release()
 		return err
 	}
-	defer a.servePeer(peerLn, a.verifier)()
-	ln = rest.GuardPlainHTTP(ln) // plain HTTP gets a JSend 400, not net/http's text
+	ln := rest.GuardPlainHTTP(admitted) // plain HTTP gets a JSend 400, not net/http's text
 	go a.logAdmission(ctx, admitted)
 	bodyMem, bodyMemSource := bodyMemory(readSystemFile)
-	go a.core.Follow(ctx) // with a shared store: follow the other instances
-	var fresh *freshness  // with a shared store: every handshake presents the newest state's certificates
-	if a.core.Shared() {
-		fresh = &freshness{s: a.core, timeout: a.cfg.Store.Timeout}
-	}
-	handler := rest.New(a.core, rest.Options{
-		MaxManifestBytes: a.cfg.MaxManifestBytes,
-		EnableV1Recover:  a.cfg.EnableV1Recover,
-		RequestTimeout:   requestTimeout,
-		BodyMemory:       bodyMem,
-		Logger:           a.log,
-		Metrics:          a.restMetrics(),
-		Readiness:        a.probe,
-
-		// Bodies keep a minimum rate and arrive within the read timeout;
-		// requests in progress are bounded per source like connections.
-		MinBodyRate:          a.cfg.Client.MinBodyRate,
-		BodyGrace:            a.cfg.Client.BodyGrace,
-		BodyTimeout:          readTimeout,
-		MaxRequestsPerSource: limits.MaxPerSource,
-	})
 	srv := &http.Server{
-		Handler:           a.syncing(handler, fresh), // store.go
-		TLSConfig:         rest.TLSConfig(freshCertificate(fresh, a.core.TLSCertificate)),
+		Handler:           g.clientHandler(),
+		TLSConfig:         rest.TLSConfig(g.clientCertificate),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -317,43 +335,201 @@ func (a *App) Run(ctx context.Context) error {
 			MaxReceiveBufferPerConnection: 1 << 20,
 		},
 	}
-	mesh := marbleapi.New(a.core, freshCertificate(fresh, a.core.MarbleTLSCertificate), marbleapi.Options{
+	mesh := marbleapi.New(g, g.marbleCertificate, marbleapi.Options{
 		MaxSendBytes:            marbleapi.MaxSendBytesFor(a.cfg.MaxManifestBytes),
 		MaxConnections:          a.cfg.Mesh.MaxConnections,
 		MaxConnectionsPerSource: a.cfg.Mesh.MaxConnectionsPerSource,
 		OnRefuse:                a.refusalLog("marble API"), // limits.go
 		RequestTimeout:          requestTimeout,
 		Logger:                  a.log,
-		Interceptors:            a.grpcInterceptors(),
+		Interceptors:            []grpc.UnaryServerInterceptor{g.intercept},
 	})
-	stopMetrics := a.serveMetrics(metricsLn, mesh)
+	serving := servingOptions{bodyMemory: bodyMem, maxRequestsPerSource: limits.MaxPerSource}
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	var loaded chan error
+	stopPeer := func() {}
+	if live {
+		if stopPeer, err = a.goLive(ctx, g, mesh, serving); err != nil {
+			admitted.Close()
+			ls.close()
+			a.release()
+			return err
+		}
+	} else {
+		loaded = make(chan error, 1)
+		go func() { loaded <- a.startShared(loadCtx, st) }()
+	}
+	stopMetrics := a.serveMetrics(ls.metrics, g.metricsHandler())
 
 	clientErr, meshErr := make(chan error, 1), make(chan error, 1)
 	go func() { clientErr <- srv.ServeTLS(ln, "", "") }()
-	go func() { meshErr <- mesh.Serve(meshLn) }()
-	a.log.Info("marble API listening", "addr", meshLn.Addr().String())
-	a.log.Info("client API listening", "addr", ln.Addr().String(), "state", int(a.core.Status()),
-		"requestBodyMemory", bodyMem, "requestBodyMemorySource", bodyMemSource)
+	go func() { meshErr <- mesh.Serve(ls.mesh) }()
+	a.log.Info("marble API listening", "addr", ls.mesh.Addr().String())
+	if live {
+		a.log.Info("client API listening", "addr", ln.Addr().String(), "state", int(a.core.Status()),
+			"requestBodyMemory", bodyMem, "requestBodyMemorySource", bodyMemSource)
+		a.log.Info("state loaded; serving", "state", int(a.core.Status()))
+	} else {
+		a.log.Info("client API listening", "addr", ln.Addr().String(), "starting", true,
+			"requestBodyMemory", bodyMem, "requestBodyMemorySource", bodyMemSource)
+	}
 
 	var failure error
-	select {
-	case err := <-clientErr:
-		failure = fmt.Errorf("client API: %w", err)
-		clientErr <- nil // already ended
-	case err := <-meshErr:
-		// Serve returns nil only after Shutdown, which has not happened.
-		failure = fmt.Errorf("marble API: %w", cmp.Or(err, errors.New("stopped serving")))
-		meshErr <- nil
-	case <-ctx.Done():
-		a.log.Info("shutting down")
+	start := time.Now()
+	for stop := false; !stop; {
+		select {
+		case err := <-loaded:
+			loaded = nil // received
+			if err != nil {
+				if ctx.Err() == nil {
+					failure = &StartError{Err: err}
+				}
+				a.log.Info("shutting down")
+				stop = true
+				break
+			}
+			stopServing, err := a.goLive(ctx, g, mesh, serving)
+			if err != nil {
+				failure = &StartError{Err: err}
+				a.log.Info("shutting down")
+				stop = true
+				break
+			}
+			stopPeer = stopServing
+			a.log.Info("state loaded; serving", "state", int(a.core.Status()), "after", time.Since(start).String())
+		case err := <-clientErr:
+			failure = fmt.Errorf("client API: %w", err)
+			clientErr <- nil // already ended
+			a.log.Error("a server failed; shutting down the other", "error", failure.Error())
+			stop = true
+		case err := <-meshErr:
+			// Serve returns nil only after Shutdown, which has not happened.
+			failure = fmt.Errorf("marble API: %w", cmp.Or(err, errors.New("stopped serving")))
+			meshErr <- nil
+			a.log.Error("a server failed; shutting down the other", "error", failure.Error())
+			stop = true
+		case <-ctx.Done():
+			a.log.Info("shutting down")
+			stop = true
+		}
 	}
-	if failure != nil {
-		a.log.Error("a server failed; shutting down the other", "error", failure.Error())
-	}
+	stopLoad()
 	shutErr := a.shutdown(srv, mesh, clientErr, meshErr)
+	stopPeer()
+	released := true
+	if loaded != nil {
+		// The start under way ends with ctx (a step with etcd returns at
+		// once; a peer key transfer or a quote within their own bounds).
+		select {
+		case <-loaded:
+		case <-time.After(shutdownTimeout):
+			a.log.Warn("the start under way did not end within the shutdown timeout; the store is left to the process exit")
+			released = false
+		}
+	}
 	mctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	return errors.Join(failure, shutErr, stopMetrics(mctx))
+	metricsErr := stopMetrics(mctx)
+	if released {
+		a.release()
+	}
+	return errors.Join(failure, shutErr, metricsErr)
+}
+
+// StartError is Run's error when a start on a shared store ended for a
+// reason waiting does not cure (docs/ha.md, "Starting while etcd is
+// unreachable"): the Coordinator did not start.
+type StartError struct{ Err error }
+
+func (e *StartError) Error() string { return e.Err.Error() }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// goLive serves the loaded Coordinator through the gate: the Client API's
+// handler and certificate, the Marble API's certificate and activations,
+// the metrics, and the peer key server (its listener is opened only now:
+// before, another instance that dials it is refused at once instead of
+// waiting); with a shared store it follows the other instances. It
+// returns the peer key server's stop.
+func (a *App) goLive(ctx context.Context, g *gate, mesh *marbleapi.Server, so servingOptions) (stopPeer func(), err error) {
+	peerLn, err := a.listenPeer() // peer.go
+	if err != nil {
+		return nil, err
+	}
+	go a.core.Follow(ctx) // with a shared store: follow the other instances
+	var fresh *freshness  // with a shared store: every handshake presents the newest state's certificates
+	if a.core.Shared() {
+		fresh = &freshness{s: a.core, timeout: a.cfg.Store.Timeout}
+	}
+	handler := rest.New(a.core, rest.Options{
+		MaxManifestBytes: a.cfg.MaxManifestBytes,
+		EnableV1Recover:  a.cfg.EnableV1Recover,
+		RequestTimeout:   requestTimeout,
+		BodyMemory:       so.bodyMemory,
+		Logger:           a.log,
+		Metrics:          a.restMetrics(),
+		Readiness:        a.probe,
+
+		// Bodies keep a minimum rate and arrive within the read timeout;
+		// requests in progress are bounded per source like connections.
+		MinBodyRate:          a.cfg.Client.MinBodyRate,
+		BodyGrace:            a.cfg.Client.BodyGrace,
+		BodyTimeout:          readTimeout,
+		MaxRequestsPerSource: so.maxRequestsPerSource,
+	})
+	l := &liveServers{
+		core:       a.core,
+		client:     a.syncing(handler, fresh), // store.go
+		clientCert: freshCertificate(fresh, a.core.TLSCertificate),
+		marbleCert: freshCertificate(fresh, a.core.MarbleTLSCertificate),
+	}
+	if a.metrics != nil {
+		a.metrics.InitializeGRPC(mesh)
+		l.metrics = metrics.Handler(a.metrics.Registry(), a.core, a.probe, a.log)
+		l.intercept = a.metrics.GRPCInterceptor()
+	}
+	stopPeer = a.servePeer(peerLn, a.verifier) // peer.go
+	g.live.Store(l)
+	return stopPeer, nil
+}
+
+// servingOptions are what Run decided for the Client API that the
+// Coordinator's handler needs once the state is loaded.
+type servingOptions struct {
+	bodyMemory           int64
+	maxRequestsPerSource int
+}
+
+// listeners are the App's open listeners (metrics nil: not configured).
+type listeners struct {
+	client, mesh, metrics net.Listener
+}
+
+// listen opens every listener, or none.
+func (a *App) listen() (*listeners, error) {
+	ls := &listeners{}
+	var err error
+	if ls.client, err = net.Listen("tcp", a.cfg.ClientAddr); err != nil {
+		return nil, fmt.Errorf("client API: %w", err)
+	}
+	if ls.mesh, err = net.Listen("tcp", a.cfg.MeshAddr); err != nil {
+		ls.close()
+		return nil, fmt.Errorf("marble API: %w", err)
+	}
+	if ls.metrics, err = a.listenMetrics(); err != nil { // metrics.go
+		ls.close()
+		return nil, err
+	}
+	return ls, nil
+}
+
+func (ls *listeners) close() {
+	for _, ln := range []net.Listener{ls.client, ls.mesh, ls.metrics} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
 }
 
 // shutdown stops both servers gracefully within shutdownTimeout: running

@@ -81,7 +81,7 @@ func TestInsecurePeerServerSaysSo(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	logs.addr(t, "marble API listening")
+	logs.addr(t, "state loaded; serving") // the peer key server listens once the state is loaded
 	var line string
 	logs.mu.Lock()
 	all := logs.buf.String()

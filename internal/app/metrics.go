@@ -11,11 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/metrics"
-	"github.com/quarry-cc/quarry/internal/server/marbleapi"
 	"github.com/quarry-cc/quarry/internal/server/rest"
 )
 
@@ -112,18 +109,10 @@ func (a *App) restMetrics() rest.RequestMetrics {
 	return a.metrics.Requests()
 }
 
-// grpcInterceptors returns the Marble API's metrics interceptor, if any.
-func (a *App) grpcInterceptors() []grpc.UnaryServerInterceptor {
-	if a.metrics == nil {
-		return nil
-	}
-	return []grpc.UnaryServerInterceptor{a.metrics.GRPCInterceptor()}
-}
-
 // listenMetrics opens the metrics listener (nil without a metrics
 // address).
 func (a *App) listenMetrics() (net.Listener, error) {
-	if a.metrics == nil {
+	if a.cfg.PrometheusAddr == "" {
 		return nil, nil
 	}
 	ln, err := net.Listen("tcp", a.cfg.PrometheusAddr)
@@ -133,17 +122,16 @@ func (a *App) listenMetrics() (net.Listener, error) {
 	return ln, nil
 }
 
-// serveMetrics serves /metrics, /events, /healthz and /readyz over plain
-// HTTP on ln and returns the function that shuts the server down; with a
-// nil ln it does nothing. A failure of this server is logged; it does not
-// stop the Coordinator.
-func (a *App) serveMetrics(ln net.Listener, mesh *marbleapi.Server) func(context.Context) error {
+// serveMetrics serves h (/metrics, /events, /healthz and /readyz) over
+// plain HTTP on ln and returns the function that shuts the server down;
+// with a nil ln it does nothing. A failure of this server is logged; it
+// does not stop the Coordinator.
+func (a *App) serveMetrics(ln net.Listener, h http.Handler) func(context.Context) error {
 	if ln == nil {
 		return func(context.Context) error { return nil }
 	}
-	a.metrics.InitializeGRPC(mesh)
 	srv := &http.Server{
-		Handler:           metrics.Handler(a.metrics.Registry(), a.core, a.probe, a.log),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      time.Minute,

@@ -71,7 +71,7 @@ func (a *App) instanceID() (seal.InstanceID, error) {
 // enclave identity, and the client that asks the other instances (with
 // the quote verifier a.verifier, which checks the peers' quotes).
 func (a *App) setupPeer(ctx context.Context, issuer attest.Issuer) error {
-	if a.etcd == nil {
+	if !a.shared() {
 		return nil
 	}
 	id, err := a.instanceID()

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/quarry-cc/quarry/api/jsend"
-	"github.com/quarry-cc/quarry/internal/config"
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/store"
@@ -26,12 +25,9 @@ import (
 // memberTTL is how long a killed instance stays registered in etcd.
 const memberTTL = 10 * time.Second
 
-// openStores opens where the sealed state is kept: the seal directory
-// (taken exclusively) or etcd. release gives it back.
-func (a *App) openStores(ctx context.Context) (data, key store.Store, release func() error, err error) {
-	if a.cfg.Store.Kind == config.StoreEtcd {
-		return a.openEtcd(ctx)
-	}
+// openFiles opens the file store: the seal directory (taken exclusively).
+// release gives it back.
+func (a *App) openFiles() (data, key store.Store, release func() error, err error) {
 	if err := os.MkdirAll(a.cfg.SealDir, 0o700); err != nil {
 		return nil, nil, nil, fmt.Errorf("creating seal directory: %w", err)
 	}
@@ -53,48 +49,55 @@ func (a *App) openStores(ctx context.Context) (data, key store.Store, release fu
 	return d, k, unlock, nil
 }
 
-func (a *App) openEtcd(ctx context.Context) (store.Store, store.Store, func() error, error) {
+// connectEtcd connects to etcd, trying until ctx ends (each failure goes
+// to onRetry); only a TLS failure that persists (etcdstore.TLSAttempts in
+// a row) or a configuration that cannot work ends it with an error.
+func (a *App) connectEtcd(ctx context.Context, onRetry func(err error, wait time.Duration)) (*etcdstore.Client, error) {
 	s := a.cfg.Store
 	a.log.Info("connecting to etcd", "endpoints", strings.Join(s.EtcdEndpoints, ","), "prefix", s.EtcdPrefix)
-	cli, err := etcdstore.Connect(ctx, etcdstore.Options{
+	return etcdstore.Connect(ctx, etcdstore.Options{
 		Endpoints: s.EtcdEndpoints, Prefix: s.EtcdPrefix,
 		CAFile: s.EtcdCA, CertFile: s.EtcdCert, KeyFile: s.EtcdKey,
-		OnRetry: func(attempt int, err error, wait time.Duration) {
-			a.log.Warn("etcd does not answer yet; retrying", "attempt", attempt, "retryIn", wait.String(), "error", err.Error())
+		// Each attempt has etcdstore's default dial timeout (2 s), which
+		// also bounds the client's connection attempts; it is not tied to
+		// the store timeout, which bounds the steps of requests.
+		ConnectAttempts: -1, Backoff: startBackoff,
+		OnRetry: func(_ int, err error, wait time.Duration) { onRetry(err, wait) },
+	})
+}
+
+// etcdStores are the stores of the sealed state and the key file in etcd.
+func etcdStores(cli *etcdstore.Client) (data, key store.Store, err error) {
+	d, err := cli.Store(SealedDataFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	k, err := cli.Store(SealedKeyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, k, nil
+}
+
+// enableCompaction makes cli compact etcd's history behind the commits of
+// this instance (docs/ha.md, "Compaction"), unless it is switched off.
+func (a *App) enableCompaction(cli *etcdstore.Client) {
+	s := a.cfg.Store
+	if !s.Compaction {
+		a.log.Info("etcd's history is not compacted by Quarry (--etcd-compaction=0): etcd must compact it itself (--auto-compaction-retention), or its database grows with every change until it reaches its quota")
+		return
+	}
+	cli.EnableCompaction(etcdstore.CompactionOptions{
+		Retention: s.CompactionRetention,
+		Done: func(rev int64, err error) {
+			a.hooks.onCompaction(err)
+			if err != nil {
+				a.log.Warn("compacting etcd's history failed; the next commit tries again", "revision", rev, "error", err.Error())
+				return
+			}
+			a.log.Debug("compacted etcd's history", "revision", rev)
 		},
 	})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	data, err := cli.Store(SealedDataFile)
-	if err != nil {
-		cli.Close()
-		return nil, nil, nil, err
-	}
-	key, err := cli.Store(SealedKeyFile)
-	if err != nil {
-		cli.Close()
-		return nil, nil, nil, err
-	}
-	a.etcd = cli
-	if s.Compaction {
-		// docs/ha.md, "Compaction": the history behind the commits of
-		// this instance, older than the retention.
-		cli.EnableCompaction(etcdstore.CompactionOptions{
-			Retention: s.CompactionRetention,
-			Done: func(rev int64, err error) {
-				a.hooks.onCompaction(err)
-				if err != nil {
-					a.log.Warn("compacting etcd's history failed; the next commit tries again", "revision", rev, "error", err.Error())
-					return
-				}
-				a.log.Debug("compacted etcd's history", "revision", rev)
-			},
-		})
-	} else {
-		a.log.Info("etcd's history is not compacted by Quarry (--etcd-compaction=0): etcd must compact it itself (--auto-compaction-retention), or its database grows with every change until it reaches its quota")
-	}
-	return data, key, cli.Close, nil
 }
 
 // identity is what instances sharing one state must agree on.
@@ -113,21 +116,27 @@ func (i identity) same(o identity) bool {
 	return i.Sealer == o.Sealer && i.Attestation == o.Attestation && i.Binary == o.Binary
 }
 
-// joinShared checks, on a shared store, that the data key may be shared
-// the way it is sealed, and that the instances already running use the
-// same binary and sealer; otherwise the start is refused with the reason.
-func (a *App) joinShared(ctx context.Context, sealer seal.KeySealer) error {
-	if a.etcd == nil {
+// checkSharedKey checks, with store etcd, that the data key may be shared
+// the way it is sealed; otherwise the start is refused with the reason.
+func (a *App) checkSharedKey() error {
+	if seal.ProtectsKey(a.sealer) {
 		return nil
 	}
-	if !seal.ProtectsKey(sealer) {
-		if !a.cfg.Store.InsecurePeerTrust {
-			return errors.New("store etcd without an enclave: the data key would lie unprotected in etcd, so that every instance can read it; set --insecure-peer-trust (QUARRY_INSECURE_PEER_TRUST=1) to allow this for tests, or run under Gramine (see docs/ha.md)")
-		}
-		a.log.Warn("INSECURE: --insecure-peer-trust: the instances share the data key through etcd, where it lies unprotected; anyone who can read etcd under the prefix has every secret; for tests only",
-			"prefix", a.cfg.Store.EtcdPrefix)
+	if !a.cfg.Store.InsecurePeerTrust {
+		return errors.New("store etcd without an enclave: the data key would lie unprotected in etcd, so that every instance can read it; set --insecure-peer-trust (QUARRY_INSECURE_PEER_TRUST=1) to allow this for tests, or run under Gramine (see docs/ha.md)")
 	}
-	me := identity{Sealer: fmt.Sprintf("%T", sealer), Attestation: a.cfg.Attestation, Binary: binaryHash()}
+	a.log.Warn("INSECURE: --insecure-peer-trust: the instances share the data key through etcd, where it lies unprotected; anyone who can read etcd under the prefix has every secret; for tests only",
+		"prefix", a.cfg.Store.EtcdPrefix)
+	return nil
+}
+
+// joinShared registers this instance in etcd and checks that the
+// instances already running use the same binary and sealer; otherwise the
+// start is refused with the reason. When etcd does not answer within the
+// store timeout the error wraps core.ErrUnavailable (the start is tried
+// again).
+func (a *App) joinShared(ctx context.Context) error {
+	me := identity{Sealer: fmt.Sprintf("%T", a.sealer), Attestation: a.cfg.Attestation, Binary: binaryHash()}
 	if a.peer != nil {
 		me.Instance, me.PeerAddr = a.peer.idHex, a.cfg.Store.PeerDialAddr()
 	}
@@ -135,9 +144,11 @@ func (a *App) joinShared(ctx context.Context, sealer seal.KeySealer) error {
 	if err != nil {
 		return err
 	}
-	others, err := a.etcd.Join(ctx, raw, memberTTL)
+	jctx, cancel := context.WithTimeout(ctx, a.cfg.Store.Timeout)
+	defer cancel()
+	others, err := a.etcd.Join(jctx, raw, memberTTL)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: joining the instances in etcd: %w", core.ErrUnavailable, err)
 	}
 	for _, o := range others {
 		var other identity

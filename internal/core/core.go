@@ -228,7 +228,8 @@ type sealHeader struct {
 
 // New creates the Coordinator and loads its state: no sealed state → state 2;
 // a sealed state that opens → state 3; one that exists but cannot be opened →
-// state 1 (recovery), leaving the stored blobs untouched.
+// state 1 (recovery), leaving the stored blobs untouched. A shared store
+// that cannot be read is an error wrapping ErrUnavailable.
 func New(ctx context.Context, opts Options) (*Core, error) {
 	if opts.Rand == nil {
 		opts.Rand = rand.Reader
@@ -260,6 +261,12 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger, storeTimeout: opts.StoreTimeout, rand: opts.Rand}
 	c.vault.instance, c.vault.source = opts.InstanceID, opts.KeySource
 	snap, err := c.load(ctx)
+	if errors.Is(err, errSharedRead) {
+		// Nothing is decided about the state: the start may be tried
+		// again when the store answers (docs/ha.md, "Starting while etcd is
+		// unreachable").
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	if err != nil {
 		return nil, err
 	}

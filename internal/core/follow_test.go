@@ -303,6 +303,27 @@ func TestFollowWithoutRequests(t *testing.T) {
 	}
 }
 
+// TestNewWithEtcdGone: a start that cannot read the shared store fails as
+// unavailable (so that it may be tried again), not in recovery mode and not
+// with an error of another class.
+func TestNewWithEtcdGone(t *testing.T) {
+	cluster := etcdtest.Start(t, 1)
+	e := newSharedEnv(t, cluster)
+	data, key := e.stores()
+	cluster.Stop(0)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	c, err := New(ctx, Options{Data: data, Key: key, KeySealer: seal.SimulationKeySealer{}})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("New with etcd gone: %v (core %v), want ErrUnavailable", err, c)
+	}
+	for _, class := range ErrorClasses() {
+		if class != ErrUnavailable && errors.Is(err, class) {
+			t.Errorf("New with etcd gone: %v is also %v", err, class)
+		}
+	}
+}
+
 // TestSyncWithEtcdGone: with etcd unreachable Sync fails as unavailable and
 // the instance keeps its state.
 func TestSyncWithEtcdGone(t *testing.T) {

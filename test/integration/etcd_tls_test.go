@@ -55,9 +55,9 @@ func TestEtcdTLSStateSurvivesRestart(t *testing.T) {
 }
 
 // TestEtcdTLSRefused: a start against the TLS etcd with a CA that did not
-// sign its certificate retries with backoff, logging the TLS cause, then
-// exits 1 naming etcd and TLS; a client certificate whose key is another
-// one exits 1 at once.
+// sign its certificate retries with backoff (listening meanwhile), logging
+// the TLS cause, then exits 1 naming etcd and TLS; a client certificate
+// whose key is another one exits 1 at once.
 func TestEtcdTLSRefused(t *testing.T) {
 	t.Parallel() // most of it is the retry's waiting (about 34 s)
 	cluster := etcdtest.StartTLS(t, 1)
@@ -75,6 +75,10 @@ func TestEtcdTLSRefused(t *testing.T) {
 	}
 	if retries := strings.Count(out, "etcd does not answer yet; retrying"); retries == 0 || strings.Count(out, "TLS with etcd failed") < retries {
 		t.Errorf("want retries that log the TLS cause, got %d retries\n%s", retries, out)
+	}
+	// It listened meanwhile (not ready), and the end says it did not start.
+	if !strings.Contains(out, `"msg":"client API listening"`) || !strings.Contains(out, `"msg":"cannot start"`) || strings.Contains(out, "state loaded; serving") {
+		t.Errorf("want the listeners open during the retries and a `cannot start` at the end\n%s", out)
 	}
 	t.Logf("wrong CA: exit %d after %v: %s", code, took, lastLine(out))
 

@@ -151,28 +151,6 @@ func TestHAForeignBlobEntersRecovery(t *testing.T) {
 	}
 }
 
-// TestHAEtcdUnreachableAtStart: the instance retries with backoff, does
-// not serve meanwhile, and starts when etcd answers.
-func TestHAEtcdUnreachableAtStart(t *testing.T) {
-	cluster := etcdtest.Start(t, 1)
-	proxy := etcdtest.NewProxy(t, strings.TrimPrefix(cluster.Endpoints()[0], "http://"))
-	proxy.DropRequests(true)
-	go func() {
-		time.Sleep(5 * time.Second)
-		proxy.DropRequests(false)
-		proxy.Cut()
-	}()
-	start := time.Now()
-	c := startCoordinator(t, "", haEnv([]string{"http://" + proxy.Addr()}, newPrefix())...)
-	if waited := time.Since(start); waited < 5*time.Second {
-		t.Fatalf("the Client API listened after %v, before etcd answered", waited)
-	}
-	if !strings.Contains(c.Logs(), "etcd does not answer yet; retrying") {
-		t.Fatalf("no retry in the log:\n%s", c.Logs())
-	}
-	expectState(t, c, c.client(nil, nil), 2, "Coordinator is ready to accept a manifest.")
-}
-
 // TestHAEtcdLostWhileRunning: with etcd gone, requests get 503 (never a
 // stale answer or a half-applied write); after it returns, they work.
 func TestHAEtcdLostWhileRunning(t *testing.T) {

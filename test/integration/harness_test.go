@@ -63,6 +63,12 @@ type coordinator struct {
 	env     []string
 	// meshAddr is the Marble API's address (gRPC over TLS).
 	meshAddr string
+	// listenOnly: start returns once the APIs listen, without waiting
+	// for the state to be loaded (store etcd, see startListening).
+	listenOnly bool
+	// served is closed when the process logs that it serves its loaded
+	// state.
+	served chan struct{}
 	// launcher, if set, runs the binary (its path and arguments follow);
 	// it must exec it, so that the process is the Coordinator's.
 	launcher []string
@@ -74,13 +80,28 @@ type coordinator struct {
 }
 
 // startCoordinator starts the binary with a seal directory (a new temporary
-// one if empty) on a free loopback port and waits until it listens.
+// one if empty) on a free loopback port and waits until it listens and
+// serves its loaded state.
 func startCoordinator(t testing.TB, sealDir string, env ...string) *coordinator {
 	t.Helper()
 	if sealDir == "" {
 		sealDir = t.TempDir()
 	}
 	c := &coordinator{t: t, sealDir: sealDir, env: env, exited: make(chan struct{})}
+	c.start()
+	t.Cleanup(func() { c.kill() })
+	return c
+}
+
+// startListening is startCoordinator that returns as soon as the APIs
+// listen: with store etcd the state may still be loading (the process then
+// answers that it is starting).
+func startListening(t testing.TB, sealDir string, env ...string) *coordinator {
+	t.Helper()
+	if sealDir == "" {
+		sealDir = t.TempDir()
+	}
+	c := &coordinator{t: t, sealDir: sealDir, env: env, exited: make(chan struct{}), listenOnly: true}
 	c.start()
 	t.Cleanup(func() { c.kill() })
 	return c
@@ -109,6 +130,8 @@ func (c *coordinator) start() {
 		t.Fatal(err)
 	}
 	addrc, meshc := make(chan string, 1), make(chan string, 1)
+	served := make(chan struct{})
+	c.served = served
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -128,6 +151,9 @@ func (c *coordinator) start() {
 			if json.Unmarshal(line, &entry) == nil && entry.Msg == "marble API listening" {
 				meshc <- entry.Addr
 			}
+			if json.Unmarshal(line, &entry) == nil && entry.Msg == "state loaded; serving" {
+				close(served)
+			}
 		}
 	}()
 	go func() {
@@ -146,6 +172,16 @@ func (c *coordinator) start() {
 	case c.meshAddr = <-meshc:
 	case <-time.After(5 * time.Second):
 		t.Fatalf("coordinator did not report the Marble API's address\n%s", c.Logs())
+	}
+	if c.listenOnly {
+		return
+	}
+	select {
+	case <-served:
+	case <-c.exited:
+		t.Fatalf("coordinator exited before serving its state: %v\n%s", c.err, c.Logs())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("coordinator did not load its state\n%s", c.Logs())
 	}
 }
 

@@ -51,6 +51,9 @@ type Options struct {
 	// ConnectAttempts is how many times Connect tries to reach etcd
 	// before it gives up (default 8), waiting Backoff (default 250 ms)
 	// after the first failure, doubled after each further one up to 5 s.
+	// Negative: Connect tries until ctx ends, except that TLSAttempts
+	// TLS failures in a row (ErrTLS: a wrong CA, client certificate or
+	// scheme, which waiting does not cure) end it.
 	ConnectAttempts int
 	Backoff         time.Duration
 	// OnRetry, if set, is called after each failed attempt with the
@@ -61,6 +64,12 @@ type Options struct {
 // ErrUnreachable is wrapped by Connect's error when no etcd endpoint
 // answered within the attempts.
 var ErrUnreachable = errors.New("etcd is unreachable")
+
+// TLSAttempts is how many TLS failures in a row end a Connect that
+// otherwise tries until its context ends (ConnectAttempts < 0): with the
+// backoff about half a minute, within which a rotation of etcd's
+// certificates passes.
+const TLSAttempts = 8
 
 // Client is a connection to etcd under one prefix; its Stores share it.
 type Client struct {
@@ -77,7 +86,8 @@ type Client struct {
 }
 
 // Connect opens a client and checks that etcd answers, retrying with
-// exponential backoff; it gives up after opts.ConnectAttempts with an error
+// exponential backoff; it gives up after opts.ConnectAttempts (negative:
+// when ctx ends, or after TLSAttempts TLS failures in a row) with an error
 // wrapping ErrUnreachable that names the endpoints and the last cause, or
 // wrapping ErrTLS when etcd answered but TLS with it failed.
 func Connect(ctx context.Context, opts Options) (*Client, error) {
@@ -126,6 +136,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	}
 	c := &Client{cli: cli, prefix: opts.Prefix, endpoints: slices.Clone(opts.Endpoints)}
 	wait := opts.Backoff
+	tlsInARow := 0
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(context.WithValue(ctx, failFastKey, true), opts.DialTimeout)
 		_, err = cli.Get(actx, c.prefix, clientv3.WithCountOnly())
@@ -144,7 +155,16 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 				err = terr
 			}
 		}
-		if ctx.Err() != nil || attempt >= opts.ConnectAttempts {
+		if errors.Is(err, ErrTLS) {
+			tlsInARow++
+		} else {
+			tlsInARow = 0
+		}
+		giveUp := attempt >= opts.ConnectAttempts
+		if opts.ConnectAttempts < 0 {
+			giveUp = tlsInARow >= TLSAttempts
+		}
+		if ctx.Err() != nil || giveUp {
 			cli.Close()
 			if errors.Is(err, ErrTLS) {
 				return nil, fmt.Errorf("etcdstore: %w (endpoints %s, %d attempts)",

@@ -191,6 +191,37 @@ func TestUnreachableAtStart(t *testing.T) {
 	t.Logf("gave up after %v", time.Since(start))
 }
 
+// TestConnectWithoutAttemptLimit: with a negative ConnectAttempts an
+// unreachable etcd is tried past the default 8 attempts, with growing
+// waits, until the context ends.
+func TestConnectWithoutAttemptLimit(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var waits []time.Duration
+	_, err = etcdstore.Connect(ctx, etcdstore.Options{
+		Endpoints: []string{endpoint}, Prefix: "/q/",
+		DialTimeout: 50 * time.Millisecond, ConnectAttempts: -1, Backoff: time.Millisecond,
+		OnRetry: func(attempt int, _ error, wait time.Duration) {
+			waits = append(waits, wait)
+			if attempt == 12 {
+				cancel()
+			}
+		},
+	})
+	if !errors.Is(err, etcdstore.ErrUnreachable) || !strings.Contains(err.Error(), endpoint) {
+		t.Fatalf("Connect cancelled after 12 attempts: %v, want ErrUnreachable naming the endpoint", err)
+	}
+	if len(waits) != 12 || waits[0] != time.Millisecond || waits[11] != 2048*time.Millisecond {
+		t.Errorf("waits = %v, want 12 doubling from 1ms", waits)
+	}
+}
+
 // TestConnectWaitsForLateEtcd: etcd that comes up during the retries is
 // used.
 func TestConnectWaitsForLateEtcd(t *testing.T) {

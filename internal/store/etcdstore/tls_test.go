@@ -99,6 +99,38 @@ func TestTLSRefused(t *testing.T) {
 	}
 }
 
+// TestTLSRefusedWithoutAttemptLimit: a Connect that tries until its
+// context ends (negative ConnectAttempts) still gives up on a TLS failure
+// after TLSAttempts in a row, naming it.
+func TestTLSRefusedWithoutAttemptLimit(t *testing.T) {
+	cluster := etcdtest.StartTLS(t, 1)
+	f := cluster.TLS()
+	other := etcdtest.NewCA(t, t.TempDir(), "other-ca")
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	retries := 0
+	c, err := etcdstore.Connect(ctx, etcdstore.Options{
+		Endpoints: cluster.Endpoints(), Prefix: "/refused/",
+		CAFile: other.CertFile, CertFile: f.CertFile, KeyFile: f.KeyFile,
+		DialTimeout: 300 * time.Millisecond, ConnectAttempts: -1, Backoff: 10 * time.Millisecond,
+		OnRetry: func(int, error, time.Duration) { retries++ },
+	})
+	if err == nil {
+		c.Close()
+		t.Fatal("Connect succeeded")
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Connect ran into the test's deadline: %v", err)
+	}
+	want := fmt.Sprintf("%d attempts", etcdstore.TLSAttempts)
+	if !errors.Is(err, etcdstore.ErrTLS) || !strings.Contains(err.Error(), "not trusted") || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q: want ErrTLS after %s", err, want)
+	}
+	if retries != etcdstore.TLSAttempts-1 {
+		t.Errorf("%d retries, want %d", retries, etcdstore.TLSAttempts-1)
+	}
+}
+
 // TestTLSFilesRefused: TLS files that cannot be used are refused at once,
 // before any attempt to reach etcd.
 func TestTLSFilesRefused(t *testing.T) {
