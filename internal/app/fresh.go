@@ -69,6 +69,15 @@ func (f *freshness) sync(ctx context.Context) error {
 			f.mu.Lock()
 			f.running, f.pending = r, nil
 			f.mu.Unlock()
+			if prev.err != nil {
+				// The store failed just now: this round's waiters get
+				// that failure at once instead of a second wait for the
+				// store (a failure only ever refuses, never serves a
+				// state, so it need not have started after them).
+				r.err = prev.err
+				f.finish(r)
+				return
+			}
 			f.run(r)
 		}()
 		return wait(ctx, r)
@@ -90,6 +99,11 @@ func (f *freshness) run(r *syncRound) {
 	r.err = f.s.Sync(ctx)
 	cancel()
 	f.note(r.err, time.Now())
+	f.finish(r)
+}
+
+// finish publishes the outcome of round r.
+func (f *freshness) finish(r *syncRound) {
 	f.mu.Lock()
 	if f.running == r {
 		f.running = nil

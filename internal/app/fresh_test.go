@@ -166,3 +166,29 @@ func TestFreshnessRemembersAFailureBriefly(t *testing.T) {
 	}
 	none.note(errors.New("x"), now)
 }
+
+// TestFreshnessFailurePassesToTheWaitingRound: handshakes that arrived
+// while a sync was running get that sync's failure as soon as it ends,
+// without a second wait for the store.
+func TestFreshnessFailurePassesToTheWaitingRound(t *testing.T) {
+	boom := errors.New("etcd away")
+	s := &countingSyncer{release: make(chan struct{}), err: boom}
+	f := &freshness{s: s}
+	go f.sync(context.Background())
+	waitFor(t, func() bool { return s.runs() == 1 })
+	second := make(chan error, 1)
+	go func() { second <- f.sync(context.Background()) }()
+	time.Sleep(20 * time.Millisecond)
+	s.release <- struct{}{} // the first sync fails
+	select {
+	case err := <-second:
+		if !errors.Is(err, boom) {
+			t.Fatalf("the waiting handshake got %v, want the failure", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiting handshake waited for a second sync after a failure")
+	}
+	if n := s.runs(); n != 1 {
+		t.Fatalf("%d syncs, want 1", n)
+	}
+}
