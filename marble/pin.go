@@ -24,8 +24,8 @@ var (
 )
 
 // marbleRootCommonName is the subject common name of every Marble Root
-// (and intermediate) a Quarry or MarbleRun Coordinator makes (behaviour.md
-// §9); a Coordinator root has "MarbleRun Coordinator".
+// (and intermediate) a Quarry or MarbleRun Coordinator makes
+// (docs/trust.md); a Coordinator root has "MarbleRun Coordinator".
 const marbleRootCommonName = "MarbleRun Coordinator - Intermediate CA"
 
 // pin is the Coordinator a pinned Marble accepts: its root certificate,

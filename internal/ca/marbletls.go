@@ -4,7 +4,7 @@ import "crypto/tls"
 
 // MarbleTLSCertificate is the Marble API's server certificate: the Marble
 // Root with the intermediate key it shares, as MarbleRun serves it
-// (behaviour.md §11.1), followed by the intermediate certificate and the
+// (docs/trust.md), followed by the intermediate certificate and the
 // root (docs/trust.md).
 //
 // The leaf is what MarbleRun's Marbles, which connect without verifying

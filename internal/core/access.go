@@ -11,7 +11,7 @@ import (
 )
 
 // AuthenticateUser is the cheap check that runs before a request body is
-// read on the endpoints that need a user (decision D16): the Coordinator
+// read on the endpoints that need a user (docs/http.md, order of checks): the Coordinator
 // must be running (else a *WrongStateError, 409) and the leaf of peer must
 // be a manifest user's certificate (else ErrUnauthenticated, 401). The use
 // case checks both again under its lock.
@@ -22,7 +22,7 @@ func (c *Core) AuthenticateUser(peer []*x509.Certificate) error {
 
 // CheckSetManifest, CheckRecover and CheckMonotonicCounter are the cheap
 // state checks of the endpoints that need no user, made before their body
-// is read (decision D16): nil when the use case may run in the current
+// is read (docs/http.md, order of checks): nil when the use case may run in the current
 // state, else a *WrongStateError (409). The use case checks again under
 // its lock.
 func (c *Core) CheckSetManifest() error { return require(c.Status(), opSetManifest) }
@@ -35,7 +35,7 @@ func (c *Core) CheckMonotonicCounter() error { return require(c.Status(), opCoun
 
 // CheckMonotonicCounterFeature is the monotonic counter's feature gate,
 // checked after the Marble is authenticated and before the body is read
-// (decision D16): the manifest must enable the MonotonicCounter feature,
+// (docs/http.md, order of checks): the manifest must enable the MonotonicCounter feature,
 // else ErrForbidden. The use case checks again under its lock.
 func (c *Core) CheckMonotonicCounterFeature() error {
 	if !c.snap.Load().manifest.FeatureEnabled(manifest.FeatureMonotonicCounter) {
@@ -45,7 +45,7 @@ func (c *Core) CheckMonotonicCounterFeature() error {
 }
 
 // CheckRecoverUnsigned is the cheap check of the unsigned (v1) recovery
-// upload before its body is read (decision D16): the state of
+// upload before its body is read (docs/http.md, order of checks): the state of
 // CheckRecover, and no enclave (in an enclave every unsigned recovery
 // secret is refused with ErrForbidden, see RecoverUnsigned).
 func (c *Core) CheckRecoverUnsigned() error {

@@ -376,7 +376,7 @@ func (c *Core) enterRecovery(blob []byte, what string, cause error) (*snapshot, 
 
 // enterRecoveryRefused is enterRecovery for a blob that this Coordinator
 // does not recover (refused says why, and what to do): every upload is
-// refused with it; a new manifest still replaces the state (decision D7).
+// refused with it; a new manifest still replaces the state (docs/sealing.md).
 func (c *Core) enterRecoveryRefused(blob []byte, what string, refused error) (*snapshot, error) {
 	return c.enterRecoveryWith(blob, what, refused, refused)
 }

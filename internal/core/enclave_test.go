@@ -249,7 +249,7 @@ func TestEnclaveMigratesOnlyAfterSignedRecovery(t *testing.T) {
 // TestMarbleRunMigrationOffInSimulation: 0 turns the migration off without
 // an enclave too: recovery mode with the files untouched, the recovery
 // refused naming the setting, and a new manifest replaces the state with
-// MarbleRun's files kept (decision D7).
+// MarbleRun's files kept (docs/sealing.md: an unreadable state is kept for recovery).
 func TestMarbleRunMigrationOffInSimulation(t *testing.T) {
 	ctx := context.Background()
 	v := readVector(t, "single")

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/quarry-cc/quarry/internal/seal"
-	"github.com/quarry-cc/quarry/internal/store/etcdstore"
 	"github.com/quarry-cc/quarry/internal/store/etcdstore/etcdtest"
 )
 
@@ -16,22 +14,12 @@ import (
 func TestCheckStoreOnEtcdReadsNoBlobs(t *testing.T) {
 	cluster := etcdtest.Start(t, 1)
 	e := newSharedEnv(t, cluster)
-	proxy := etcdtest.NewProxy(t, cluster.Endpoints()[0][len("http://"):])
-	cli, err := etcdstore.Connect(t.Context(), etcdstore.Options{Endpoints: []string{"http://" + proxy.Addr()}, Prefix: e.prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	data, _ := cli.Store("sealed_data")
-	key, _ := cli.Store("sealed_key")
-	c, err := New(t.Context(), Options{Data: data, Key: key, KeySealer: seal.SimulationKeySealer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, proxy := e.proxiedInstance(cluster)
 	if _, err := c.SetManifest(t.Context(), e.w.manifest(manifestOpts{})); err != nil {
 		t.Fatal(err)
 	}
-	blob, _, err := data.Load(t.Context())
+	direct, _ := e.stores()
+	blob, _, err := direct.Load(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +38,6 @@ func TestCheckStoreOnEtcdReadsNoBlobs(t *testing.T) {
 	}
 
 	// The state deleted behind the Coordinator's back fails the check.
-	direct, _ := e.stores()
 	if _, err := direct.MoveAside(t.Context(), "gone"); err != nil {
 		t.Fatal(err)
 	}

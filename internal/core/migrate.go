@@ -57,7 +57,7 @@ const (
 	MigrateMarbleRunOn
 	// MigrateMarbleRunOff never migrates: a MarbleRun sealed_data is an
 	// unreadable state (recovery mode, files untouched; its recovery is
-	// refused naming the setting; a new manifest replaces it, decision D7).
+	// refused naming the setting; a new manifest replaces it, docs/sealing.md).
 	MigrateMarbleRunOff
 )
 
@@ -193,7 +193,7 @@ func marbleRunKey(ctx context.Context, key store.Store, sealer seal.KeySealer, b
 // now, or enter recovery mode for it.
 func (c *Core) loadMarbleRun(ctx context.Context, blob []byte, sd *marblerun.SealedData) (*snapshot, error) {
 	if !migrationOn(c.opts.MigrateMarbleRun, c.opts.KeySealer) {
-		// Like any state that cannot be opened (decision D7).
+		// Like any state that cannot be opened (docs/sealing.md).
 		off := migrationOffError(c.opts.MigrateMarbleRun)
 		return c.enterRecoveryRefused(blob, "sealed_data is a MarbleRun state, which this Coordinator does not migrate", off)
 	}

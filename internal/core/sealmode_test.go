@@ -174,7 +174,7 @@ func TestSealModeTighteningRevokesLooserEntries(t *testing.T) {
 				t.Fatalf("an enclave of the same signer with another MRENCLAVE opens the new state with %d entries of the key file", opened)
 			}
 			if unsealed == 0 {
-				t.Fatal("the key file no longer holds the old key for the old sealed_data (D17)")
+				t.Fatal("the key file no longer holds the old key for the old sealed_data (docs/sealing.md, the commit)")
 			}
 			if modes := modesOf(t, sealer, keyFile, e.c.dek); len(modes) != 1 || modes[0] != "UniqueKey" {
 				t.Fatalf("the new data key is sealed in the modes %v, want only UniqueKey", modes)

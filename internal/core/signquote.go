@@ -102,7 +102,7 @@ func declaredQuote(quote []byte) []byte {
 }
 
 // CheckSignQuote is sign-quote's cheap check before its body is read
-// (decision D16): the manifest must enable the SignQuoteEndpoint feature
+// (docs/http.md, order of checks): the manifest must enable the SignQuoteEndpoint feature
 // and a quote verifier must be configured, else ErrForbidden. SignQuote
 // checks again.
 func (c *Core) CheckSignQuote() error { return c.checkSignQuote(c.snap.Load()) }

@@ -10,8 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,29 +59,8 @@ func raiseNoFile(t *testing.T, need uint64) {
 		}
 	}
 	if lim.Cur < need {
-		t.Fatalf("RLIMIT_NOFILE is %d (hard %d); -dos.conns %d needs %d file descriptors: raise the hard limit (ulimit -Hn) or lower -dos.conns", lim.Cur, lim.Max, *dosMeshConns, need)
+		t.Fatalf("RLIMIT_NOFILE is %d (hard %d); -dos.mesh.conns %d needs %d file descriptors: raise the hard limit (ulimit -Hn) or lower -dos.mesh.conns", lim.Cur, lim.Max, *dosMeshConns, need)
 	}
-}
-
-// vmHWM returns a process's peak resident set size (VmHWM in
-// /proc/<pid>/status), in bytes.
-func vmHWM(t *testing.T, pid int) int64 {
-	t.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmHWM in /proc/<pid>/status")
-	return 0
 }
 
 // hostile holds connections of one kind open from one loopback address
@@ -389,7 +366,7 @@ func TestDenialOfService(t *testing.T) {
 	if code != http.StatusOK && code != http.StatusServiceUnavailable {
 		t.Errorf("/events: %d, want 200, or 503 while busy", code)
 	}
-	rss := vmHWM(t, c.cmd.Process.Pid)
+	rss := peakRSS(t, c)
 	t.Logf("%d connections of each kind held, each kind from its own address (the genuine clients went after %s); activation from 127.0.0.1 %s, GET /api/v2/status %s, GET /events %s (%d); coordinator peak RSS (VmHWM) %d MiB",
 		n, openTime.Round(time.Millisecond), activation.Round(time.Millisecond), status.Round(time.Millisecond), events.Round(time.Millisecond), code, rss>>20)
 	if activation > dosLatency || status > dosLatency || events > dosLatency {

@@ -369,7 +369,7 @@ func TestTooLargeAnswerArrives(t *testing.T) {
 }
 
 // TestBusyBodiesGet503: the memory for bodies being decoded is bounded
-// (D16) and reserved as the bytes arrive. With a 64 MiB Go memory limit
+// (docs/http.md) and reserved as the bytes arrive. With a 64 MiB Go memory limit
 // the budget is its smallest, two updates of the largest size (about
 // 67 MiB), and one address may hold half of it; an update of 10 MiB takes
 // about three times that while it is decoded. Requests that declare 10 MiB

@@ -235,7 +235,7 @@ func TestNoBodyReadBeforeTheChecks(t *testing.T) {
 	}
 	callers := map[string][]*x509.Certificate{
 		"none": nil, "stranger": {who.stranger}, "user": {who.user}, "marble": nil,
-		// A user's certificate behind a stranger's leaf (D14).
+		// A user's certificate behind a stranger's leaf: only the leaf identifies the caller.
 		"stranger before user": {who.stranger, who.user},
 	}
 	body := `{"manifest":"e30=","recoverySecret":"AAAA","secrets":{},"sgxQuote":"AAAA","name":"c","value":1}`

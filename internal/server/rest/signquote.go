@@ -9,10 +9,10 @@ import (
 )
 
 // postSignQuote verifies a quote and returns the root key's signature over
-// it (behaviour.md §8, decision D3). Before the body is read: the
+// it (docs/http.md). Before the body is read: the
 // SignQuoteEndpoint feature and a configured verifier (403).
 func (s *server) postSignQuote(r *http.Request) (any, error) {
-	// The feature and the verifier before the body (decision D16): the
+	// The feature and the verifier before the body (docs/http.md, order of checks): the
 	// endpoint needs no user, so without this check anybody could make
 	// the Coordinator read bodies in every state.
 	if err := s.c.CheckSignQuote(); err != nil {
