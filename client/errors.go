@@ -70,8 +70,8 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
-// Sentinels for the classes of Coordinator answers (decision D1 of the
-// server: the HTTP status tells the class). Match them with errors.Is; the
+// Sentinels for the classes of Coordinator answers (the server's classes,
+// docs/design/decisions.md#d1: the HTTP status tells the class). Match them with errors.Is; the
 // *Error itself carries the message.
 var (
 	ErrBadRequest       = errors.New("invalid request")                 // 400

@@ -131,8 +131,8 @@ func TestValidateNil(t *testing.T) {
 	}
 }
 
-// TestValidateRules has one row per rule (and variant) of behaviour.md
-// §1.11, in rule order, each a mutation of testdata/manifest.json.
+// TestValidateRules has one row per rule (and variant) of MarbleRun's
+// validation (docs/design/behaviour.md#manifest-validation), in rule order, each a mutation of testdata/manifest.json.
 func TestValidateRules(t *testing.T) {
 	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 	"github.com/quarry-cc/quarry/api/marblepb"
 )
 
-// Defaults of Options (behaviour.md §11.2 for the MarbleRun ones).
+// Defaults of Options (docs/design/behaviour.md#marble-side for the MarbleRun ones).
 const (
 	DefaultCoordinatorAddr = "localhost:2001"
 	DefaultDNSName         = "localhost"
@@ -152,7 +152,7 @@ func (o Options) withDefaults() (Options, *pin, error) {
 }
 
 // Activate activates the Marble at the Coordinator and returns its
-// parameters (behaviour.md §11.2). It does not apply them.
+// parameters (docs/design/behaviour.md#marble-side). It does not apply them.
 //
 // The key, certificate, CSR and quote are made once; only the request is
 // repeated while the Coordinator is unreachable or not yet ready, up to

@@ -1,6 +1,6 @@
 // Package marble is Quarry's Marble runtime: it activates a Marble at the
 // Coordinator and applies the parameters it hands out, as MarbleRun's
-// premain does (behaviour.md §11.2), for Marbles written in Go and for
+// premain does (docs/design/behaviour.md#marble-side), for Marbles written in Go and for
 // premain binaries such as cmd/quarry-premain.
 //
 // Activate makes a fresh ECDSA P-384 key, a self-signed certificate and a

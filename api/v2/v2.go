@@ -21,7 +21,7 @@ const (
 )
 
 // StatusResponse is the data of GET /api/v2/status. Code and Status carry the
-// same state code (decision D2).
+// same state code (docs/design/decisions.md#d2).
 type StatusResponse struct {
 	Code    int    `json:"code"`
 	Status  int    `json:"status"`
@@ -88,7 +88,7 @@ type RecoveryPublicKeyResponse struct {
 	EphemeralPublicKey []byte `json:"ephemeralPublicKey"`
 }
 
-// Secret is one secret as GET /api/v2/secrets returns it (decision D5:
+// Secret is one secret as GET /api/v2/secrets returns it (docs/design/decisions.md#d5:
 // lower-camel names). For symmetric keys and plain secrets Private and
 // Public both hold the key or data.
 type Secret struct {
@@ -107,7 +107,7 @@ type SecretsGetResponse struct {
 	Secrets map[string]Secret `json:"secrets"`
 }
 
-// UserSecret is one uploaded secret (decision D4): Key alone, or Cert with
+// UserSecret is one uploaded secret (docs/design/decisions.md#d4): Key alone, or Cert with
 // Private and/or Public. Member names are matched case-insensitively, so
 // MarbleRun's Cert/Key/Private are accepted too.
 type UserSecret struct {
@@ -167,7 +167,7 @@ type SignQuoteRequest struct {
 }
 
 // SignQuoteResponse is the data of POST /api/v2/sign-quote. Signature and
-// VerificationSignature carry the same value (decision D3).
+// VerificationSignature carry the same value (docs/design/decisions.md#d3).
 type SignQuoteResponse struct {
 	Signature             []byte `json:"signature"`
 	VerificationSignature []byte `json:"verificationSignature"`

@@ -3,7 +3,7 @@
 // premain-libos, for Gramine enclaves (libos.entrypoint) and, in
 // simulation, for plain processes.
 //
-// It reads MarbleRun's Marble variables (behaviour.md §11.2):
+// It reads MarbleRun's Marble variables (docs/design/behaviour.md#marble-side):
 //
 //	EDG_MARBLE_TYPE              the Marble's name in the manifest (required)
 //	EDG_MARBLE_COORDINATOR_ADDR  the Coordinator's Marble API (default localhost:2001)

@@ -23,7 +23,7 @@ var update = flag.Bool("update", false, "regenerate plain/ from the chart")
 
 const chartDir = "chart"
 
-// The probe paths on the metrics listener (issue 16, fixed names).
+// The probe paths on the metrics listener (fixed names, docs/operations.md).
 var (
 	livenessPath  = "/healthz"
 	readinessPath = "/readyz"

@@ -34,7 +34,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/store/etcdstore"
 )
 
-// File names in the seal directory (behaviour.md §10).
+// File names in the seal directory (docs/design/behaviour.md#sealed-state).
 const (
 	SealedDataFile = "sealed_data"
 	SealedKeyFile  = "sealed_key"
@@ -245,7 +245,7 @@ func activationEvents(n int) int {
 
 // applyStartupManifest sets EDG_STARTUP_MANIFEST when no state exists. With
 // saved state the saved state wins, and the log says whether it matches
-// (decision D10). In recovery mode it is not applied: that would replace
+// (docs/design/decisions.md#d10). In recovery mode it is not applied: that would replace
 // the unrecovered state without an operator's decision.
 func (a *App) applyStartupManifest(ctx context.Context) error {
 	if a.cfg.StartupManifest == "" {
@@ -329,7 +329,7 @@ func (a *App) Run(ctx context.Context) error {
 		HTTP2: &http.HTTP2Config{
 			// Few concurrent requests per connection, and little buffered
 			// body per stream and connection: one client must not make
-			// the Coordinator buffer much (decision D16).
+			// the Coordinator buffer much (docs/design/decisions.md#d16).
 			MaxConcurrentStreams:          http2MaxStreams,
 			MaxReceiveBufferPerStream:     256 << 10,
 			MaxReceiveBufferPerConnection: 1 << 20,

@@ -21,7 +21,7 @@ const (
 var cgroupMemoryFiles = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
 
 // bodyMemory returns the memory budget of request bodies decoded at once
-// (decision D16) and where it comes from: a quarter of the Go memory limit
+// (docs/design/decisions.md#d16) and where it comes from: a quarter of the Go memory limit
 // (GOMEMLIMIT) or of the cgroup's memory limit, whichever is smaller,
 // within 32 MiB and 1 GiB; without a limit rest.DefaultBodyMemory. A
 // quarter leaves room for the garbage collector (which lets the heap grow to

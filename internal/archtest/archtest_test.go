@@ -1,4 +1,4 @@
-// Package archtest holds the dependency rules of design/architecture.md as
+// Package archtest holds the dependency rules of docs/design/architecture.md as
 // tests over `go list -deps`, so that a change breaking them fails CI.
 package archtest
 

@@ -21,7 +21,7 @@ import (
 	"time"
 )
 
-// Subject common names (behaviour.md §9).
+// Subject common names (docs/design/behaviour.md#certificates).
 const (
 	RootCommonName         = "MarbleRun Coordinator"
 	IntermediateCommonName = "MarbleRun Coordinator - Intermediate CA"

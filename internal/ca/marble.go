@@ -24,7 +24,7 @@ type MarbleLeaf struct {
 }
 
 // IssueMarbleCert issues a Marble's leaf certificate for the CSR of one
-// activation (behaviour.md §9): a fresh ECDSA P-384 key made here (the CSR's
+// activation (docs/design/behaviour.md#certificates): a fresh ECDSA P-384 key made here (the CSR's
 // key is not used), the CSR's subject with CN replaced by uuid and O by the
 // Marble Root's organisation, the CSR's DNS and IP SANs, a random serial,
 // the CA lifetime, DigitalSignature and KeyAgreement, ServerAuth and

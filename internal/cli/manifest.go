@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -503,60 +504,101 @@ func plural[N int | uint64](n N, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-func (a *app) updateApplyCommand() *cobra.Command {
+// updateUpload is one of the two commands that upload an update manifest
+// as a manifest user: 'apply' proposes it, 'acknowledge' agrees to the
+// pending one. Both read FILE, connect with the client certificate, send,
+// and print the answer and any new recovery secrets the same way; they
+// differ only in what is set here.
+type updateUpload struct {
+	cmd      cobra.Command // Use, Aliases, Short, Long
+	progress string        // shown while the Coordinator works
+	failure  string        // what failed, for the error ("updating the manifest")
+	// send uploads the manifest and words the answer.
+	send func(ctx context.Context, c *client.Client, raw []byte) (updateAnswer, error)
+}
+
+// updateAnswer is the Coordinator's answer to an update upload and its
+// wording.
+type updateAnswer struct {
+	response        any               // printed with --output json
+	recoverySecrets map[string][]byte // new, when the upload applied an update that changed the data key
+	mrMessage       string            // marblerun's wording
+	message         string            // quarry's status line
+}
+
+// updateUploadCommand builds the command of u.
+func (a *app) updateUploadCommand(u updateUpload) *cobra.Command {
 	var rf recoveryFlags
-	c := &cobra.Command{
-		Use:   "apply FILE [ADDRESS]",
-		Short: "Send a manifest update: packages only, or a complete manifest",
-		Long: `Send a manifest update as a manifest user (--cert, --key). A manifest that sets
+	c := &u.cmd
+	c.Args = addressArgs(1)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		args, err := a.takeAddress(cmd, args, 1)
+		if err != nil {
+			return err
+		}
+		if err := rf.check(); err != nil {
+			return err
+		}
+		raw, err := a.loadManifest(args[0])
+		if err != nil {
+			return err
+		}
+		s, err := a.connect(cmd.Context(), needClientCert)
+		if err != nil {
+			return err
+		}
+		done := a.progress(u.progress)
+		res, err := u.send(cmd.Context(), s.c, raw)
+		done()
+		if err != nil {
+			return fmt.Errorf("%s: %w", u.failure, err)
+		}
+		switch {
+		case a.jsonOutput():
+			if err := a.saveRecoverySecrets(rf, res.recoverySecrets); err != nil {
+				return err
+			}
+			return a.printJSON(res.response)
+		case a.mr:
+			a.printf("%s\n", res.mrMessage)
+		default:
+			a.status(rf, res.recoverySecrets, "%s\n", res.message)
+		}
+		return a.saveRecoverySecrets(rf, res.recoverySecrets)
+	}
+	rf.register(c, "new encrypted recovery secrets")
+	return c
+}
+
+func (a *app) updateApplyCommand() *cobra.Command {
+	return a.updateUploadCommand(updateUpload{
+		cmd: cobra.Command{
+			Use:   "apply FILE [ADDRESS]",
+			Short: "Send a manifest update: packages only, or a complete manifest",
+			Long: `Send a manifest update as a manifest user (--cert, --key). A manifest that sets
 only Packages (with new SecurityVersions) is a package update, applied at once.
 Any other manifest is a complete update: it is applied when enough users with
 the UpdateManifest permission have acknowledged it ('manifest update
 acknowledge'). If the applied update changes the recovery keys, or changes
 SealMode from ProductKey (the default) to UniqueKey, it makes a new data key
 and the new encrypted recovery secrets are written to --recovery-secrets-file.`,
-		Args: addressArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			args, err := a.takeAddress(cmd, args, 1)
+		},
+		progress: "applying the update (a complete update generates the manifest's secrets)",
+		failure:  "updating the manifest",
+		send: func(ctx context.Context, c *client.Client, raw []byte) (updateAnswer, error) {
+			res, err := c.Update(ctx, raw)
 			if err != nil {
-				return err
+				return updateAnswer{}, err
 			}
-			if err := rf.check(); err != nil {
-				return err
-			}
-			raw, err := a.loadManifest(args[0])
-			if err != nil {
-				return err
-			}
-			s, err := a.connect(cmd.Context(), needClientCert)
-			if err != nil {
-				return err
-			}
-			done := a.progress("applying the update (a complete update generates the manifest's secrets)")
-			res, err := s.c.Update(cmd.Context(), raw)
-			done()
-			if err != nil {
-				return fmt.Errorf("updating the manifest: %w", err)
-			}
-			switch {
-			case a.jsonOutput():
-				if err := a.saveRecoverySecrets(rf, res.RecoverySecrets); err != nil {
-					return err
-				}
-				return a.printJSON(res)
-			case a.mr:
-				a.printf("%s\n", mrApplyMessage(res.MissingAcknowledgments, res.MissingUsers))
-			case res.MissingAcknowledgments == 0:
-				a.status(rf, res.RecoverySecrets, "Update applied.\n")
-			default:
-				a.status(rf, res.RecoverySecrets, "Update pending: %s missing (users who may acknowledge: %s).\n",
+			msg := "Update applied."
+			if res.MissingAcknowledgments > 0 {
+				msg = fmt.Sprintf("Update pending: %s missing (users who may acknowledge: %s).",
 					plural(res.MissingAcknowledgments, "acknowledgement", "acknowledgements"), strings.Join(res.MissingUsers, ", "))
 			}
-			return a.saveRecoverySecrets(rf, res.RecoverySecrets)
+			return updateAnswer{response: res, recoverySecrets: res.RecoverySecrets,
+				mrMessage: mrApplyMessage(res.MissingAcknowledgments, res.MissingUsers), message: msg}, nil
 		},
-	}
-	rf.register(c, "new encrypted recovery secrets")
-	return c
+	})
 }
 
 // mrApplyMessage is marblerun's answer to 'manifest update apply'.
@@ -583,50 +625,23 @@ func mrAckMessage(missing int, users []string) string {
 }
 
 func (a *app) updateAcknowledgeCommand() *cobra.Command {
-	var rf recoveryFlags
-	c := &cobra.Command{
-		Use:     "acknowledge FILE [ADDRESS]",
-		Aliases: []string{"ack"},
-		Short:   "Acknowledge the pending update by uploading the same manifest",
-		Args:    addressArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			args, err := a.takeAddress(cmd, args, 1)
-			if err != nil {
-				return err
-			}
-			if err := rf.check(); err != nil {
-				return err
-			}
-			raw, err := a.loadManifest(args[0])
-			if err != nil {
-				return err
-			}
-			s, err := a.connect(cmd.Context(), needClientCert)
-			if err != nil {
-				return err
-			}
-			done := a.progress("acknowledging (the last acknowledgement applies the update and generates the manifest's secrets)")
-			res, err := s.c.AcknowledgeUpdate(cmd.Context(), raw)
-			done()
-			if err != nil {
-				return fmt.Errorf("acknowledging the update: %w", err)
-			}
-			switch {
-			case a.jsonOutput():
-				if err := a.saveRecoverySecrets(rf, res.RecoverySecrets); err != nil {
-					return err
-				}
-				return a.printJSON(res)
-			case a.mr:
-				a.printf("%s\n", mrAckMessage(res.MissingAcknowledgments, res.MissingUsers))
-			default:
-				a.status(rf, res.RecoverySecrets, "%s\n", res.Message)
-			}
-			return a.saveRecoverySecrets(rf, res.RecoverySecrets)
+	return a.updateUploadCommand(updateUpload{
+		cmd: cobra.Command{
+			Use:     "acknowledge FILE [ADDRESS]",
+			Aliases: []string{"ack"},
+			Short:   "Acknowledge the pending update by uploading the same manifest",
 		},
-	}
-	rf.register(c, "new encrypted recovery secrets")
-	return c
+		progress: "acknowledging (the last acknowledgement applies the update and generates the manifest's secrets)",
+		failure:  "acknowledging the update",
+		send: func(ctx context.Context, c *client.Client, raw []byte) (updateAnswer, error) {
+			res, err := c.AcknowledgeUpdate(ctx, raw)
+			if err != nil {
+				return updateAnswer{}, err
+			}
+			return updateAnswer{response: res, recoverySecrets: res.RecoverySecrets,
+				mrMessage: mrAckMessage(res.MissingAcknowledgments, res.MissingUsers), message: res.Message}, nil
+		},
+	})
 }
 
 func (a *app) updateCancelCommand() *cobra.Command {

@@ -21,7 +21,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/secrets"
 )
 
-// Defaults (behaviour.md §12).
+// Defaults (docs/design/behaviour.md#configuration).
 const (
 	DefaultClientAddr       = ":4433"
 	DefaultMeshAddr         = ":2001"
@@ -123,7 +123,7 @@ type Config struct {
 	// attestation.
 	InsecureSimulatedSealing bool
 	// EnableV1Recover serves the unprefixed POST /recover, which carries
-	// no signature over the recovery secret (decision D11); off by default.
+	// no signature over the recovery secret (docs/design/decisions.md#d11); off by default.
 	EnableV1Recover bool
 	// MigrateMarbleRun says whether a MarbleRun sealed_data is migrated:
 	// auto (the default: without an enclave only), on (under an enclave

@@ -18,9 +18,8 @@ import (
 	"github.com/quarry-cc/quarry/internal/store/memstore"
 )
 
-// vectorRoot is the MarbleRun state vectors' directory: ../shared relative
-// to the repository root.
-const vectorRoot = "../../../shared/testdata/marblerun-state"
+// vectorRoot is the MarbleRun state vectors' directory at the module root.
+const vectorRoot = "../../testdata/marblerun-state"
 
 var vectorNames = marbleruntest.VectorNames
 

@@ -234,8 +234,9 @@ func newActivateMarble(cfg ActivateConfig, dials *atomic.Int64) (*activateMarble
 	m := &activateMarble{
 		cfg: cfg,
 		req: &marblepb.ActivationReq{Quote: []byte{}, CSR: csr, MarbleType: cfg.MarbleType, UUID: uuid.NewString()},
-		// Marbles do not verify the Coordinator's certificate (behaviour.md
-		// §11.1); they check it through the parameters they receive.
+		// Marbles do not verify the Coordinator's certificate
+		// (docs/design/behaviour.md#marble-api); they check it through the
+		// parameters they receive.
 		creds: credentials.NewTLS(&tls.Config{
 			MinVersion:         tls.VersionTLS12,
 			InsecureSkipVerify: true,
@@ -321,7 +322,7 @@ func (m *activateMarble) work(ctx context.Context, from, to time.Time) workerRes
 }
 
 // envCertificateChain is the Marble's certificate chain in every
-// activation answer (behaviour.md §11.4).
+// activation answer (docs/design/behaviour.md#activation-response).
 const envCertificateChain = "MARBLE_PREDEFINED_MARBLE_CERTIFICATE_CHAIN"
 
 // activate sends one activation, with a connection of its own if

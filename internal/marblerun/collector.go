@@ -30,7 +30,7 @@ type CollectorOptions struct {
 	// MarbleRun's format holds them only inside its encrypted manifest:
 	// then nil, and signatures are checked by the caller once the state
 	// decrypts. A migrated state keeps them in its clear header, and each
-	// upload's signature is checked when it arrives (decision D6).
+	// upload's signature is checked when it arrives (docs/design/decisions.md#d6).
 	Keys map[string]*rsa.PublicKey
 	// Threshold is the number of Shamir shares a recovery needs; 0 when
 	// unknown (a state in MarbleRun's format): the shares are then
@@ -214,7 +214,7 @@ func (c *Collector) reset() {
 }
 
 // CheckSignatures is MarbleRun's final check after the state decrypted
-// (behaviour.md §6.3 step 4): every signed share's signature verifies under
+// (docs/design/behaviour.md#recovery-final-check): every signed share's signature verifies under
 // a distinct recovery key of the state's manifest, and there are as many
 // shares as needed (all keys, or the threshold). keys are the manifest's
 // recovery keys by name; threshold its RecoveryThreshold. It returns the

@@ -13,14 +13,15 @@ import (
 	"github.com/quarry-cc/quarry/internal/recovery"
 )
 
-const vectorRoot = "../../../shared/testdata/marblerun-state"
+// vectorRoot is the MarbleRun state vectors' directory at the module root.
+const vectorRoot = "../../testdata/marblerun-state"
 
 func readVector(t testing.TB, name string) (data, key []byte) {
 	t.Helper()
 	dir := filepath.Join(vectorRoot, name)
 	var err error
 	if data, err = os.ReadFile(filepath.Join(dir, "sealed_data")); err != nil {
-		t.Skipf("MarbleRun state vectors not available (%v): they are read from ../shared relative to the repository root", err)
+		t.Fatalf("MarbleRun state vector %s: %v (the vectors are committed under testdata/marblerun-state at the module root)", name, err)
 	}
 	if key, err = os.ReadFile(filepath.Join(dir, "sealed_key")); err != nil {
 		t.Fatal(err)

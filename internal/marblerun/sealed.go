@@ -1,5 +1,6 @@
 // Package marblerun reads the sealed state of a MarbleRun Coordinator
-// (behaviour.md §10, §6): the sealed_data file's layout, its decryption with
+// (docs/design/behaviour.md#sealed-state,
+// docs/design/behaviour.md#recovery): the sealed_data file's layout, its decryption with
 // the data key, the store keys and their encodings, and MarbleRun's recovery
 // data, so that Quarry can take over a running MarbleRun deployment. It only
 // reads and checks; it neither writes nor logs. Converting the state into

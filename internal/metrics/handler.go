@@ -87,7 +87,7 @@ func plain(w http.ResponseWriter, code int, msg string) {
 	w.Write([]byte(msg + "\n"))
 }
 
-// Event is one entry of /events (MarbleRun's shape, behaviour.md §13).
+// Event is one entry of /events (MarbleRun's shape, docs/design/behaviour.md#metrics-and-events).
 type Event struct {
 	Time       string          `json:"time"`
 	Activation EventActivation `json:"activation"`

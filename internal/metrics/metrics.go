@@ -1,5 +1,5 @@
 // Package metrics provides the Coordinator's Prometheus metrics (MarbleRun's
-// names and labels, behaviour.md §13, plus Quarry's own), the readiness
+// names and labels, docs/design/behaviour.md#metrics-and-events, plus Quarry's own), the readiness
 // probe, and the plain-HTTP handler of the metrics listener (/metrics,
 // /events, /healthz, /readyz). Every App has its own registry: nothing is
 // registered globally.

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Buckets of the Client API request metrics (MarbleRun's, behaviour.md §13).
+// Buckets of the Client API request metrics (MarbleRun's, docs/design/behaviour.md#metrics-and-events).
 var (
 	durationBuckets = []float64{.005, .025, .1, .5, 1, 2.5, 5}
 	sizeBuckets     = []float64{100, 1000, 2000, 5000, 10000}

@@ -71,7 +71,7 @@ func (c *Collector) Add(secret, signature []byte) (remaining int, key []byte, er
 }
 
 // AddUnsigned is Add without the signature check, for the unprefixed API
-// whose recover request carries no signature (decision D11): the share must
+// whose recover request carries no signature (docs/design/decisions.md#d11): the share must
 // still be one of this state's shares (its hash is in the public data), so
 // only a holder of a decrypted share can make progress.
 func (c *Collector) AddUnsigned(secret []byte) (remaining int, key []byte, err error) {

@@ -11,7 +11,7 @@ import (
 // instance sharing one state (store etcd, docs/ha.md "The data key"). An
 // instance's entry is the data key sealed by that instance's KeySealer —
 // for its own CPU and enclave — so no other instance can re-seal it. The
-// D17 binding of a key to the sealed blob it opens is therefore kept
+// binding of a key to the sealed blob it opens (docs/design/decisions.md#d17) is therefore kept
 // outside the sealed entries, authenticated under the data key itself:
 //
 //	keyID   = HMAC-SHA256(dek, "quarry key id v2")
@@ -48,7 +48,7 @@ const InstanceIDSize = 16
 const MaxInstanceEntries = 64
 
 // maxKeyRecords is the most records (key bound to blob) a key file holds:
-// the new one and, while the data key changes, the current one (D17).
+// the new one and, while the data key changes, the current one (docs/design/decisions.md#d17).
 const maxKeyRecords = 2
 
 // InstanceID names one Coordinator instance in a key file.

@@ -11,7 +11,7 @@ import (
 // bound to the exact sealed blob it opens. While the data key changes it
 // holds two entries, the new key bound to the new blob and the current key
 // bound to the blob still on disk, so that whichever blob a crash leaves
-// behind, the key file opens it (decision D17; docs/sealing.md).
+// behind, the key file opens it (docs/design/decisions.md#d17; docs/sealing.md).
 //
 // Format version 1:
 //
@@ -25,7 +25,8 @@ import (
 //	}
 //
 // Nothing may follow the last entry. A file of exactly KeySize bytes is the
-// legacy form (Quarry before D17, and MarbleRun without an enclave): the raw
+// legacy form (Quarry before its crash-safe key change, and MarbleRun
+// without an enclave): the raw
 // data key, bound to nothing.
 
 // KeyFileMagic starts every key file of format version 1 or later.

@@ -42,7 +42,7 @@ type Binding struct {
 }
 
 // DerivePerMarble derives the value of the per-Marble symmetric-key secret
-// def named name for one Marble instance (behaviour.md §5.1):
+// def named name for one Marble instance (docs/design/behaviour.md#secret-generation):
 //
 //	key = HKDF-SHA256(IKM = rootSecret, salt = b.UUID.String() + name,
 //	                  info = b.Marble, or "" with DisableSecretBinding,

@@ -68,7 +68,7 @@ func TestDerivePerMarble(t *testing.T) {
 	}
 	want := rfc5869(root, []byte("deadbeef-0001-4002-8003-040506070809dbkey"), []byte("backend"), 32)
 	if !bytes.Equal(s.Private, want) {
-		t.Errorf("key = %x, want %x (HKDF-SHA256 of §5.1)", s.Private, want)
+		t.Errorf("key = %x, want %x (HKDF-SHA256 of docs/design/behaviour.md#secret-generation)", s.Private, want)
 	}
 
 	// Determinism: the same inputs give the same key, every time.

@@ -190,7 +190,7 @@ func generateOne(rand io.Reader, name string, def manifest.Secret, issuer Issuer
 // Generate uses it for shared certificates; Marble activation uses it for
 // per-Marble ones.
 //
-// The template rules (behaviour.md §1.5.1): the serial is random in
+// The template rules (docs/design/behaviour.md#secret-certificate-templates): the serial is random in
 // [0, 2^128); NotBefore is now; BasicConstraintsValid is true and IsCA comes
 // from the template; nil DNSNames become ["localhost"] (an explicit empty
 // list stays empty); nil IPAddresses become 127.0.0.1 and ::1; nil

@@ -180,7 +180,7 @@ func TestGenerateCertificateTypesAndSizes(t *testing.T) {
 				t.Errorf("serial %v not in [0, 2^128)", cert.SerialNumber)
 			}
 
-			// Defaults of §1.5.1, with CertSign not given to a leaf.
+			// Defaults of docs/design/behaviour.md#secret-certificate-templates, with CertSign not given to a leaf.
 			if !cert.BasicConstraintsValid || cert.IsCA {
 				t.Errorf("BasicConstraintsValid=%v IsCA=%v, want true/false", cert.BasicConstraintsValid, cert.IsCA)
 			}

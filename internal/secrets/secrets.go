@@ -1,8 +1,10 @@
 // Package secrets turns the secret definitions of a manifest into stored
 // secret values: it generates shared symmetric keys and certificates
-// (behaviour.md §5.1, §1.5.1), derives per-Marble symmetric keys, and checks
-// and applies the values users upload for user-defined secrets (§5.3 with
-// decision D4).
+// (docs/design/behaviour.md#secret-generation,
+// docs/design/behaviour.md#secret-certificate-templates), derives per-Marble
+// symmetric keys, and checks and applies the values users upload for
+// user-defined secrets (docs/design/behaviour.md#user-defined-secrets,
+// docs/design/decisions.md#d4).
 //
 // The package only computes; it neither stores nor logs. Every error names
 // the secret it is about (errors.As with *Error); errors caused by a bad
@@ -87,7 +89,7 @@ func failed(name string, err error) error {
 // Secret is the stored value of one secret. It is persisted as JSON inside
 // the sealed state: the field names are part of that format.
 //
-// Which fields hold values (behaviour.md §5.4):
+// Which fields hold values (docs/design/behaviour.md#secret-values):
 //   - symmetric-key and plain: Private and Public both hold the key or data;
 //     Cert is nil.
 //   - cert-*: Cert is the DER certificate, Private the PKCS#8 key (for an

@@ -22,7 +22,7 @@ type Upload struct {
 }
 
 // ApplyUpload checks u against the stored secret current named name and
-// returns the new stored secret (decision D4, behaviour.md §5.3). Every
+// returns the new stored secret (docs/design/decisions.md#d4, docs/design/behaviour.md#user-defined-secrets). Every
 // error names the secret and wraps ErrInvalid.
 //
 // Rules:

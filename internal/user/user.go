@@ -1,6 +1,6 @@
 // Package user holds the manifest's users and their permissions, identifies
 // the user behind a client certificate, and decides whether a user may
-// perform an action on named resources (behaviour.md §4).
+// perform an action on named resources (docs/design/behaviour.md#users-and-permissions).
 //
 // A permission is the lowercase action name (for example "readsecret")
 // with a resource set: the union of the ResourceNames of all the user's
@@ -186,7 +186,7 @@ func FromManifest(m *manifest.Manifest) (*Users, error) {
 
 // Identify returns the user whose certificate is byte-equal (DER) to the
 // leaf of the presented chain, peer[0]: of the users with that certificate,
-// the first in name order. Only the leaf counts (decision D14): TLS proves
+// the first in name order. Only the leaf counts (docs/design/decisions.md#d14): TLS proves
 // possession of the leaf's private key alone, and user certificates are
 // public, so a user's certificate later in the chain proves nothing. There
 // is no chain, expiry or key-usage check, as in MarbleRun. No certificate,

@@ -92,7 +92,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{name: "no certificate", peer: nil, action: "ReadSecret", resources: []string{"a"}, wantAuthn: true},
 		{name: "nil certificate", peer: []*x509.Certificate{nil}, action: "ReadSecret", resources: []string{"a"}, wantAuthn: true},
 		{name: "unknown certificate", peer: []*x509.Certificate{f.outsider}, action: "ReadSecret", resources: []string{"a"}, wantAuthn: true},
-		// Decision D14: only the leaf identifies; a user's public
+		// docs/design/decisions.md#d14: only the leaf identifies; a user's public
 		// certificate later in the chain proves nothing.
 		{name: "user after an unknown leaf", peer: []*x509.Certificate{f.outsider, f.alice}, action: "ReadSecret", resources: []string{"a"}, wantAuthn: true},
 		{name: "user after a nil leaf", peer: []*x509.Certificate{nil, f.alice}, action: "ReadSecret", resources: []string{"a"}, wantAuthn: true},
@@ -187,7 +187,7 @@ func TestIdentifyFirstUserInNameOrder(t *testing.T) {
 		if err != nil || u.Name != "mike" {
 			t.Fatalf("Identify = %v, %v; want mike", u, err)
 		}
-		// Only the leaf counts (D14): the users of later certificates
+		// Only the leaf counts (docs/design/decisions.md#d14): the users of later certificates
 		// are ignored.
 		u, err = us.Identify([]*x509.Certificate{cert, other})
 		if err != nil || u.Name != "mike" {

@@ -114,7 +114,7 @@ func postSignQuote(t *testing.T, c *coordinator, hc *http.Client, body any) (res
 func checkQuoteSignature(t *testing.T, c *coordinator, hc *http.Client, quote []byte, d signQuoteData) {
 	t.Helper()
 	if len(d.Signature) == 0 || !bytes.Equal(d.Signature, d.VerificationSignature) {
-		t.Fatalf("signature %x and verificationSignature %x must be equal and set (D3)", d.Signature, d.VerificationSignature)
+		t.Fatalf("signature %x and verificationSignature %x must be equal and set (docs/design/decisions.md#d3)", d.Signature, d.VerificationSignature)
 	}
 	root := fetchRoot(t, c, hc)
 	sum := sha256.Sum256([]byte(base64.StdEncoding.EncodeToString(quote) + d.TCBStatus))

@@ -103,7 +103,7 @@ func summary(got map[string]int) string {
 }
 
 // BenchmarkBodyFlood measures the Coordinator's peak resident memory (VmHWM)
-// while 40 clients at once each POST an 8 MiB update body (decision D16):
+// while 40 clients at once each POST an 8 MiB update body (docs/design/decisions.md#d16):
 // without a client certificate (answered 401 before the body is read), and
 // as a manifest user (bodies decoded at once are bounded by the memory
 // budget; the rest get 503). Run it without the race detector, which

@@ -516,7 +516,7 @@ func TestStartupManifest(t *testing.T) {
 	expectState(t, c, hc, 3, msgRunning)
 	_, root := getChain(t, c, hc)
 	checkManifest(t, c, c.client(root, nil), root, raw)
-	// A restart with saved state uses the saved state (D10) and says
+	// A restart with saved state uses the saved state (docs/design/decisions.md#d10) and says
 	// whether the startup manifest matches it.
 	c.restart()
 	expectState(t, c, hc, 3, msgRunning)

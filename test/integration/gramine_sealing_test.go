@@ -43,7 +43,7 @@ func (g *gramineSealing) keyFile(t *testing.T) []byte {
 	return b
 }
 
-// Issue 14: with each seal mode the state opens after a restart; another
+// With each seal mode (docs/sealing.md, "Where the data key is sealed") the state opens after a restart; another
 // enclave's key (or signer's) leads to recovery mode, and the recovery
 // secret restores and re-seals it with the current key; an older
 // sealed_key leads to recovery mode; the data key is never in clear.

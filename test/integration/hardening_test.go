@@ -59,7 +59,7 @@ func userEndpoints() []userEndpoint {
 
 // TestLeafOnlyIdentifiesUser: a chain whose leaf is nobody's is refused
 // with 401 on every endpoint that needs a user, even when a user's public
-// certificate follows it (decision D14); the state does not change.
+// certificate follows it (docs/design/decisions.md#d14); the state does not change.
 func TestLeafOnlyIdentifiesUser(t *testing.T) {
 	c := startCoordinator(t, "")
 	f := newFixture(t)
@@ -98,7 +98,7 @@ func TestLeafOnlyIdentifiesUser(t *testing.T) {
 }
 
 // TestV1RecoverOffByDefault: in recovery mode the unsigned v1 recover is
-// refused with 403 naming the setting (D11); the state stays in recovery,
+// refused with 403 naming the setting (docs/design/decisions.md#d11); the state stays in recovery,
 // and the signed v2 recover still works.
 func TestV1RecoverOffByDefault(t *testing.T) {
 	s := newRecoverySetup(t, 1, 0)
@@ -238,7 +238,7 @@ func (rc *rawConn) readAnswerErr(method string) (*http.Response, response, error
 // TestCheapChecksBeforeTheBody: the endpoints that need a user answer 401
 // (no or unknown certificate) or 409 (wrong state), and the manifest set
 // and recover 409 (wrong state), after the headers and a few bytes of an
-// 8 MiB body, without waiting for the rest (D16); a client that asks for
+// 8 MiB body, without waiting for the rest (docs/design/decisions.md#d16); a client that asks for
 // "100 Continue" gets the final answer instead and never has to send the
 // body.
 func TestCheapChecksBeforeTheBody(t *testing.T) {
@@ -319,7 +319,7 @@ func bigBody(t *testing.T, size int) (string, []byte) {
 // TestTooLargeAnswerArrives: a body over the limit gets 413 with its JSend
 // answer, which reaches the client before the connection closes, whether
 // the client sends with a length or chunked, over HTTP/1.1 or HTTP/2, and
-// also when curl sends it (D13, D16).
+// also when curl sends it (docs/design/decisions.md#d13, #d16).
 func TestTooLargeAnswerArrives(t *testing.T) {
 	c := startCoordinator(t, "", "QUARRY_MAX_MANIFEST_SIZE=4096")
 	file, body := bigBody(t, 20<<20)

@@ -11,7 +11,8 @@ import (
 )
 
 // The Client API (what `quarry status` and `quarry manifest get` call,
-// through the SDK) keeps working while Marbles activate (issue 13).
+// through the SDK) keeps working while Marbles activate: activations must
+// not hold the lock the Client API needs.
 func TestClientAPIWhileMarblesActivate(t *testing.T) {
 	t.Parallel()
 	s := newMarbleSetup(t)

@@ -39,7 +39,7 @@ func (s *marbleSetup) setCounter(t *testing.T, cert *tls.Certificate, name strin
 // TestMarbleAPIMonotonicCounter: a Marble sets its counters with the
 // certificate of its activation (MarbleRun's sequence 5 → 0, 3 → 5,
 // 9 → 5); they survive SIGKILL and a restart; they are per Marble UUID
-// and name; only the leaf identifies the Marble (D14); and after a
+// and name; only the leaf identifies the Marble (docs/design/decisions.md#d14); and after a
 // package update (a new Marble Root) the old certificate is refused while
 // a new activation of the same UUID sees its counter.
 func TestMarbleAPIMonotonicCounter(t *testing.T) {

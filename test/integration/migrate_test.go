@@ -1,8 +1,8 @@
 package integration
 
-// Taking over a MarbleRun Coordinator's seal directory (issue 17): the real
-// binary is started on copies of the MarbleRun state vectors in
-// ../shared/testdata/marblerun-state.
+// Taking over a MarbleRun Coordinator's seal directory (docs/migration.md):
+// the real binary is started on copies of the MarbleRun state vectors in
+// testdata/marblerun-state.
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/marblerun/marbleruntest"
 )
 
-const marbleRunVectors = "../../../shared/testdata/marblerun-state"
+const marbleRunVectors = "../../testdata/marblerun-state"
 
 var marbleRunVectorNames = marbleruntest.VectorNames
 

@@ -31,7 +31,7 @@ func freeLoopbackAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// TestPeerKeyTransfer (issue 15): two Coordinator processes under the
+// TestPeerKeyTransfer (docs/ha.md, "The data key"): two Coordinator processes under the
 // Gramine fake with different sealing keys (two CPUs) on one etcd. The
 // second cannot open the first's key entry, obtains the data key from the
 // first after it verified the second's quote, and serves the state; with

@@ -290,7 +290,7 @@ func TestRecoveryRejectsBadUploads(t *testing.T) {
 	// Recovery in state 3: 409.
 	r = postRecover(t, s.c, k1, sign(t, s.keys["key1"], k1))
 	expect(t, r, http.StatusConflict, "fail")
-	// Malformed bodies: in state 3 the state is checked first (409, D16).
+	// Malformed bodies: in state 3 the state is checked first (409, docs/design/decisions.md#d16).
 	for _, body := range []string{"{", `{"recoverySecret":"AAAA"}`, `{"recoverySecretSignature":"AAAA"}`} {
 		expect(t, do(t, s.c.client(nil, nil), http.MethodPost, s.c.url("/api/v2/recover"), body), http.StatusConflict, "fail")
 	}

@@ -13,8 +13,8 @@ import (
 
 // SealMode Disabled first, then an update that turns sealing on: the state
 // survives a SIGKILL, and the recovery secret handed out at the Disabled
-// set recovers it (issue 12; today the update answered 200 and the state
-// was lost at the next restart).
+// set recovers it (docs/sealing.md, "SealMode changes"; an earlier version
+// answered the update with 200 and lost the state at the next restart).
 func TestSealModeDisabledThenSealingSurvivesRestart(t *testing.T) {
 	s := newRecoverySetupWith(t, func(f *fixture) {
 		f.set("Config.SealMode", "Disabled")

@@ -189,7 +189,7 @@ func TestSecretTypesAndSizes(t *testing.T) {
 			}
 		})
 	}
-	// The raw JSON uses the spec's lower-camel names (D5).
+	// The raw JSON uses the spec's lower-camel names (docs/design/decisions.md#d5).
 	r := do(t, s.alice, http.MethodGet, secretsURL(s.c, "sym8", "ed"), nil)
 	for _, want := range []string{`"type":"symmetric-key"`, `"userDefined":false`, `"private":"`, `"public":"`} {
 		if !bytes.Contains(r.Data, []byte(want)) {

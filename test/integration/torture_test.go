@@ -20,7 +20,7 @@ import (
 	"time"
 )
 
-// The crash-torture test (issue 12) is bounded by these flags; whichever of
+// The crash-torture test (docs/sealing.md, "How it is tested") is bounded by these flags; whichever of
 // kills and duration is reached first ends it. The defaults keep it short
 // enough for every CI run; a long run:
 //

@@ -118,7 +118,7 @@ func TestPackageUpdate(t *testing.T) {
 
 	// The manifest bytes, fingerprint and signature are unchanged.
 	checkManifest(t, s.c, s.c.client(root, nil), root, s.raw)
-	// The intermediate is new, the root is not, every SAN is kept (D8).
+	// The intermediate is new, the root is not, every SAN is kept (docs/design/decisions.md#d8).
 	interAfter, rootAfter := getChain(t, s.c, s.c.client(nil, nil))
 	if !rootAfter.Equal(root) || interAfter.Equal(interBefore) {
 		t.Fatal("package update must rotate the intermediate and keep the root")

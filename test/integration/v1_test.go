@@ -171,7 +171,7 @@ func TestV1Endpoints(t *testing.T) {
 	}
 	checkManifest(t, c, c.client(root, nil), root, next)
 
-	// Recovery through v1 is off by default (D11): 403 naming the setting.
+	// Recovery through v1 is off by default (docs/design/decisions.md#d11): 403 naming the setting.
 	r = do(t, anon, http.MethodPost, c.url("/recover"), toInts(secret))
 	expectV1(t, r, http.StatusForbidden, "error")
 	if !strings.Contains(r.Message, "QUARRY_ENABLE_V1_RECOVER=1") || !strings.Contains(r.Message, "--enable-v1-recover") {
@@ -181,7 +181,7 @@ func TestV1Endpoints(t *testing.T) {
 
 func TestV1Recover(t *testing.T) {
 	s := newRecoverySetup(t, 2, 0)
-	s.c.env = append(s.c.env, "QUARRY_ENABLE_V1_RECOVER=1") // D11: off by default
+	s.c.env = append(s.c.env, "QUARRY_ENABLE_V1_RECOVER=1") // off by default, docs/design/decisions.md#d11
 	s.breakKey(t)
 	anon := s.c.client(nil, nil)
 	for i, name := range []string{"key1", "key2"} {
@@ -246,12 +246,12 @@ func TestV1NeverFails(t *testing.T) {
 		{http.MethodPost, "/manifest", anon, "", http.StatusBadRequest},
 		{http.MethodPost, "/manifest", anon, strings.Repeat("x", 8192), http.StatusRequestEntityTooLarge},
 		{http.MethodPost, "/recover", anon, "[1,2,3]", http.StatusConflict},
-		{http.MethodPost, "/recover", anon, "[1,2,300]", http.StatusConflict}, // state before body (D16)
+		{http.MethodPost, "/recover", anon, "[1,2,300]", http.StatusConflict}, // state before body (docs/design/decisions.md#d16)
 		{http.MethodPost, "/recover", anon, "{", http.StatusConflict},
 		{http.MethodGet, "/secrets", anon, nil, http.StatusBadRequest},
 		{http.MethodGet, "/secrets?s=", anon, nil, http.StatusBadRequest},
 		{http.MethodGet, "/secrets?s=x", sc, nil, http.StatusConflict},
-		{http.MethodPost, "/secrets", sc, "{", http.StatusConflict}, // state before body (D16)
+		{http.MethodPost, "/secrets", sc, "{", http.StatusConflict}, // state before body (docs/design/decisions.md#d16)
 		{http.MethodGet, "/update", anon, nil, http.StatusConflict},
 		{http.MethodPost, "/update", sc, "not json", http.StatusConflict},
 		{http.MethodGet, "/update-manifest", anon, nil, http.StatusNotFound},

@@ -20,7 +20,7 @@ func tdxVerifier(col *collateral.Collateral, at time.Time) *dcap.Verifier {
 }
 
 // TestTDXRealVectors checks the three real TDX quotes against the expected
-// results of ../shared/testdata/tdx/README.md at a time inside each window.
+// results of testdata/tdx/README.md at a time inside each window.
 func TestTDXRealVectors(t *testing.T) {
 	for _, tc := range []struct {
 		name, quote, col string

@@ -10,21 +10,33 @@ import (
 	"github.com/quarry-cc/quarry/internal/attest/collateral"
 )
 
-// SGXTestdata returns the path of name in the shared SGX test vectors, which
-// live at ../shared/testdata/sgx relative to the module root. It skips tb
-// when they are absent.
+// SGXTestdata returns the path of name in the SGX test vectors, which live
+// in testdata/sgx at the module root (testdata/sgx/README.md says where they
+// come from). The vectors are part of the repository, so a missing file
+// fails tb: a test never passes silently without them.
 func SGXTestdata(tb testing.TB, name string) string {
 	tb.Helper()
-	path, err := FindSGXTestdata(name)
+	path, err := vectorPath("sgx", name)
 	if err != nil {
-		tb.Skipf("shared SGX test vectors absent (%v); they are expected at ../shared/testdata/sgx next to the repository", err)
+		tb.Fatalf("SGX test vector %s: %v (the vectors are committed under testdata/sgx at the module root)", name, err)
 	}
 	return path
 }
 
-// FindSGXTestdata is SGXTestdata without a testing.TB, for fuzz seeds: it
-// returns an error when the file is absent.
-func FindSGXTestdata(name string) (string, error) {
+// TDXTestdata is SGXTestdata for the TDX vectors in testdata/tdx.
+func TDXTestdata(tb testing.TB, name string) string {
+	tb.Helper()
+	path, err := vectorPath("tdx", name)
+	if err != nil {
+		tb.Fatalf("TDX test vector %s: %v (the vectors are committed under testdata/tdx at the module root)", name, err)
+	}
+	return path
+}
+
+// vectorPath returns the path of testdata/<kind>/<name> at the module root,
+// found by walking up from the working directory to go.mod, or an error when
+// the file is absent.
+func vectorPath(kind, name string) (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -39,7 +51,7 @@ func FindSGXTestdata(name string) (string, error) {
 		}
 		dir = parent
 	}
-	path := filepath.Join(dir, "..", "shared", "testdata", "sgx", name)
+	path := filepath.Join(dir, "testdata", kind, name)
 	if _, err := os.Stat(path); err != nil {
 		return "", err
 	}
@@ -56,7 +68,8 @@ const (
 // (2025-06-19T10:56:11Z to 2025-07-19T10:01:18Z).
 func PhalaTime() time.Time { return time.Date(2025, 7, 1, 0, 0, 0, 0, time.UTC) }
 
-// Phala returns the real Phala quote and its collateral, or skips tb.
+// Phala returns the real Phala quote and its collateral; a missing file
+// fails tb.
 func Phala(tb testing.TB) (quote []byte, col *collateral.Collateral) {
 	tb.Helper()
 	quote, err := os.ReadFile(SGXTestdata(tb, PhalaQuoteFile))

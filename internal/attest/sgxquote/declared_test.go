@@ -38,16 +38,14 @@ func declaredQuotes(t *testing.T) map[string]struct {
 		"TDX v5 (TD 1.0)": {pl.TDXQuote(t, dcaptest.TDXQuoteOptions{Version: 5}), tdx},
 		"TDX v5 (TD 1.5)": {pl.TDXQuote(t, dcaptest.TDXQuoteOptions{Version: 5, BodyType: tdxquote.BodyTypeTD15}), tdx},
 	}
-	if path, err := dcaptest.FindSGXTestdata(dcaptest.PhalaQuoteFile); err == nil {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out["SGX Phala (real)"] = struct {
-			quote []byte
-			parse func([]byte) error
-		}{b, sgx}
+	b, err := os.ReadFile(dcaptest.SGXTestdata(t, dcaptest.PhalaQuoteFile))
+	if err != nil {
+		t.Fatal(err)
 	}
+	out["SGX Phala (real)"] = struct {
+		quote []byte
+		parse func([]byte) error
+	}{b, sgx}
 	return out
 }
 
@@ -152,11 +150,7 @@ func TestDeclaredLenRefuses(t *testing.T) {
 // measures it.
 func TestDeclaredRealTDX(t *testing.T) {
 	for _, name := range []string{dcaptest.TDXQuoteA, dcaptest.TDXQuoteB, dcaptest.TDXQuoteC} {
-		path, err := dcaptest.FindTDXTestdata(name)
-		if err != nil {
-			t.Skipf("shared TDX test vectors absent (%v)", err)
-		}
-		b, err := os.ReadFile(path)
+		b, err := os.ReadFile(dcaptest.TDXTestdata(t, name))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,11 +17,11 @@ func FuzzParseAny(f *testing.F) {
 		f.Add(sgxquote.Wrap(q))
 	}
 	f.Add(pl.Quote(f, dcaptest.QuoteOptions{CertType: 3, CertData: []byte("encrypted PPID")}))
-	if path, err := dcaptest.FindSGXTestdata(dcaptest.PhalaQuoteFile); err == nil {
-		if b, err := os.ReadFile(path); err == nil {
-			f.Add(b)
-		}
+	b, err := os.ReadFile(dcaptest.SGXTestdata(f, dcaptest.PhalaQuoteFile))
+	if err != nil {
+		f.Fatal(err)
 	}
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		q, err := sgxquote.ParseAny(data)
 		if err != nil {

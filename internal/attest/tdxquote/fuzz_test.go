@@ -15,11 +15,11 @@ func FuzzParse(f *testing.F) {
 	f.Add(pl.TDXQuote(f, dcaptest.TDXQuoteOptions{Version: 5}))
 	f.Add(pl.TDXQuote(f, dcaptest.TDXQuoteOptions{Version: 5, BodyType: tdxquote.BodyTypeTD15}))
 	for _, name := range []string{dcaptest.TDXQuoteA, dcaptest.TDXQuoteB, dcaptest.TDXQuoteC} {
-		if path, err := dcaptest.FindTDXTestdata(name); err == nil {
-			if b, err := os.ReadFile(path); err == nil {
-				f.Add(b)
-			}
+		b, err := os.ReadFile(dcaptest.TDXTestdata(f, name))
+		if err != nil {
+			f.Fatal(err)
 		}
+		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		q, err := tdxquote.Parse(data)

@@ -15,11 +15,7 @@ import (
 
 func readVector(tb testing.TB, name string) []byte {
 	tb.Helper()
-	path, err := dcaptest.FindTDXTestdata(name)
-	if err != nil {
-		tb.Skipf("shared TDX test vectors absent (%v); expected at ../shared/testdata/tdx", err)
-	}
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(dcaptest.TDXTestdata(tb, name))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -120,7 +120,7 @@ type PendingState struct {
 // WithPendingUpdate crafts, from the vector (which must have the user admin
 // holding UpdateManifest: "single"), a state as MarbleRun writes it after
 // admin initiated a full manifest update that alice still has to
-// acknowledge: the pendingUpdate store key (behaviour.md §7.2, §10), user
+// acknowledge: the pendingUpdate store key (docs/design/behaviour.md#multi-party-updates, docs/design/behaviour.md#sealed-state), user
 // alice, and the initiation's update log entry. With legacyNoCount the
 // pendingUpdate has no missingAcknowledgments member, as MarbleRun versions
 // before it was introduced wrote it (MarbleRun then counts the required
@@ -163,7 +163,7 @@ func (v *Vector) WithPendingUpdate(t testing.TB, legacyNoCount bool) *PendingSta
 }
 
 // WithLegacyKey seals the vector's store under a 16-byte data key, as
-// MarbleRun deployments from before 1.9.0 have it (behaviour.md §6.1);
+// MarbleRun deployments from before 1.9.0 have it (docs/design/behaviour.md#recovery-secrets);
 // MarbleRun's no-enclave sealed_key then holds the raw 16-byte key (key).
 func (v *Vector) WithLegacyKey(t testing.TB) (data, key []byte) {
 	t.Helper()

@@ -1,5 +1,5 @@
 // Package marbleruntest writes MarbleRun sealed_data files for tests: the
-// layout MarbleRun's Coordinator writes (behaviour.md §10), so that tests
+// layout MarbleRun's Coordinator writes (docs/design/behaviour.md#sealed-state), so that tests
 // can craft states the shared vectors do not cover.
 package marbleruntest
 

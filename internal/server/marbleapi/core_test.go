@@ -27,7 +27,7 @@ import (
 
 // TestWithTheCore drives the real core (in memory, simulation) through the
 // server: the refusals keep the core's messages and codes, also the
-// Internal ones (behaviour.md §11.3), and the server presents the Marble
+// Internal ones (docs/design/behaviour.md#activation-checks), and the server presents the Marble
 // Root that the activation hands out.
 func TestWithTheCore(t *testing.T) {
 	ctx := context.Background()

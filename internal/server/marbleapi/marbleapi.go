@@ -1,6 +1,6 @@
 // Package marbleapi serves the Marble API: gRPC over TLS on the mesh
 // address, through which a Marble asks the Coordinator to activate it
-// (behaviour.md §11). It adapts the wire format (api/marblepb) to the
+// (docs/design/behaviour.md#marble-api). It adapts the wire format (api/marblepb) to the
 // Coordinator's activation use case, maps refusals to gRPC status codes,
 // and bounds what one client can make the server hold.
 package marbleapi
@@ -437,7 +437,7 @@ func peerCertificates(ctx context.Context) []*x509.Certificate {
 }
 
 // statusOf renders an activation failure. A refusal keeps its message: a
-// *core.ActivationError's is written for the Marble (behaviour.md §11.3),
+// *core.ActivationError's is written for the Marble (docs/design/behaviour.md#activation-checks),
 // and the core's error classes carry messages safe to show. An activation
 // abandoned at its deadline says so, and what is known of the state: the
 // core stores nothing before it counts the activation, so an activation
@@ -471,7 +471,7 @@ func (s *Server) statusOf(ctx context.Context, err error) error {
 }
 
 // codeOf maps the class of a refused activation to its gRPC code
-// (behaviour.md §11.3). It is the only error→code map of the Marble API.
+// (docs/design/behaviour.md#activation-checks). It is the only error→code map of the Marble API.
 func codeOf(err error) codes.Code {
 	switch {
 	case errors.Is(err, core.ErrWrongState):

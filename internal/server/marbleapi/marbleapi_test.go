@@ -164,7 +164,7 @@ func TestActivatePassesRequestAndPeer(t *testing.T) {
 	}
 }
 
-// TestRefusalCodes checks every class of refusal (behaviour.md §11.3) and
+// TestRefusalCodes checks every class of refusal (docs/design/behaviour.md#activation-checks) and
 // that an unclassified failure shows nothing of its cause.
 func TestRefusalCodes(t *testing.T) {
 	for _, tc := range []struct {

@@ -12,7 +12,7 @@ import (
 const opSecrets = "read or write secrets"
 
 // authenticate is the cheap check of the endpoints that need a user, made
-// before their body is read (decision D16): the Coordinator's state (409)
+// before their body is read (docs/design/decisions.md#d16): the Coordinator's state (409)
 // and the leaf client certificate (401). op, if not empty, names the
 // operation in a state error instead of the core's "update".
 func (s *server) authenticate(r *http.Request, op string) error {

@@ -14,7 +14,8 @@ import (
 	"github.com/quarry-cc/quarry/internal/admission"
 )
 
-// Request bodies (decisions D13 and D16). Every body is read through
+// Request bodies (docs/design/decisions.md#d13,
+// docs/design/decisions.md#d16). Every body is read through
 // decodeBody or readRawBody, bounded by a limit per endpoint, after the
 // endpoint's cheap checks (state, feature, client certificate). The bytes a
 // body may take while it is decoded are reserved from one memory budget as

@@ -200,8 +200,8 @@ func activatedMarble(t *testing.T, c *core.Core) *x509.Certificate {
 
 // TestNoBodyReadBeforeTheChecks sends a body to every route of both
 // generations, in every state, without a certificate, with a stranger's,
-// a user's and a Marble's, and with the v1 recover on and off (decision
-// D16): wherever the state, the feature or the caller is wrong the answer
+// a user's and a Marble's, and with the v1 recover on and off
+// (docs/design/decisions.md#d16): wherever the state, the feature or the caller is wrong the answer
 // is an error and not one byte of the body was read before it. A route
 // may read only where the table below says so (a new route that reads a
 // body fails here until it is added); where it may, it must read (the

@@ -7,9 +7,10 @@ import (
 )
 
 // postMonotonicCounter raises a Marble's monotonic counter and returns its
-// previous value (behaviour.md §3.3). Before the body is read (decision
-// D16): the state (409), the caller's Marble certificate, the leaf only
-// (401; the leaf certificate identifies the caller, docs/trust.md), then the MonotonicCounter feature gate (403): only
+// previous value (docs/design/behaviour.md#monotonic-counters). Before the
+// body is read (docs/design/decisions.md#d16): the state (409), the
+// caller's Marble certificate, the leaf only (401;
+// docs/design/decisions.md#d14), then the MonotonicCounter feature gate (403): only
 // an authenticated Marble learns whether the feature is on.
 func (s *server) postMonotonicCounter(r *http.Request) (any, error) {
 	if err := s.c.CheckMonotonicCounter(); err != nil {

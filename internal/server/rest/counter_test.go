@@ -137,7 +137,7 @@ func TestMonotonicCounterRefusals(t *testing.T) {
 		{"state 2, before the body", state2, "POST", counterPath, "{", []*x509.Certificate{on.marble}, 409, "cannot set a monotonic counter in state 2"},
 		{"no certificate, before the body", on, "POST", counterPath, "{", nil, 401, "unauthorized marble: no client certificate"},
 		{"a user's self-signed certificate", on, "POST", counterPath, `{"name":"c","value":1}`, []*x509.Certificate{user}, 401, "unauthorized marble: x509: certificate signed by unknown authority"},
-		{"the Marble's certificate second in the chain (D14)", on, "POST", counterPath, `{"name":"c","value":1}`, []*x509.Certificate{user, on.marble}, 401, "unauthorized marble"},
+		{"the Marble's certificate second in the chain (docs/design/decisions.md#d14)", on, "POST", counterPath, `{"name":"c","value":1}`, []*x509.Certificate{user, on.marble}, 401, "unauthorized marble"},
 		{"another Coordinator's Marble certificate", on, "POST", counterPath, `{"name":"c","value":1}`, []*x509.Certificate{off.marble}, 401, "unauthorized marble"},
 		{"gate off", off, "POST", counterPath, `{"name":"c","value":1}`, []*x509.Certificate{off.marble}, 403, "MonotonicCounter feature is not enabled in the manifest"},
 		{"malformed JSON", on, "POST", counterPath, `{"name":`, []*x509.Certificate{on.marble}, 400, "malformed JSON"},

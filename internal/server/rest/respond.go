@@ -24,7 +24,7 @@ var (
 	errBadMethod   = errors.New("method not allowed")
 	errPanic       = errors.New("internal error")
 	// errBusy: the memory reserved for request bodies is taken by other
-	// large requests (decision D16).
+	// large requests (docs/design/decisions.md#d16).
 	errBusy = &unavailableError{
 		msg:        "the Coordinator is busy with other large requests; retry in a moment",
 		retryAfter: 1,
@@ -110,7 +110,7 @@ const (
 	classUnavailable
 )
 
-// statusOf maps an error to its HTTP status and its class (decision D1).
+// statusOf maps an error to its HTTP status and its class (docs/design/decisions.md#d1).
 // It is the only error→status map.
 func statusOf(err error) (int, class) {
 	var (

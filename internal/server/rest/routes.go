@@ -42,7 +42,7 @@ type Coordinator interface {
 	AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (core.UpdateResult, error)
 	CancelUpdate(ctx context.Context, peer []*x509.Certificate) error
 	SignQuote(ctx context.Context, quote []byte) (core.SignQuoteResult, error)
-	// AuthenticateUser is the cheap check before a body is read (D16).
+	// AuthenticateUser is the cheap check before a body is read (docs/design/decisions.md#d16).
 	AuthenticateUser(peer []*x509.Certificate) error
 	CheckSetManifest() error
 	CheckRecover() error
@@ -67,7 +67,7 @@ type Options struct {
 	// MaxManifestBytes bounds manifest and update request bodies.
 	MaxManifestBytes int64
 	// EnableV1Recover serves the unprefixed POST /recover, which carries
-	// no signature (decision D11); when false it answers 403.
+	// no signature (docs/design/decisions.md#d11); when false it answers 403.
 	EnableV1Recover bool
 	// RequestTimeout is the deadline of each request's context (0: none).
 	// It should be shorter than the server's WriteTimeout, so that a use

@@ -69,7 +69,7 @@ func (s *server) v1GetQuote(r *http.Request) (any, error) {
 }
 
 // errV1RecoverDisabled answers v1 POST /recover unless the operator enabled
-// it (decision D11).
+// it (docs/design/decisions.md#d11).
 var errV1RecoverDisabled = &disabledError{msg: "POST /recover (v1) is disabled: it carries no signature over the recovery secret, " +
 	"so it does not prove that the uploader holds the recovery key; use POST /api/v2/recover, " +
 	"or start the Coordinator with --enable-v1-recover (QUARRY_ENABLE_V1_RECOVER=1)"}

@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// Variables of the Coordinator's parameters (behaviour.md §11.4).
+// Variables of the Coordinator's parameters (docs/design/behaviour.md#activation-response).
 const (
 	envRootCA    = "MARBLE_PREDEFINED_ROOT_CA"
 	envChain     = "MARBLE_PREDEFINED_MARBLE_CERTIFICATE_CHAIN"
