@@ -104,6 +104,8 @@ type linCall struct {
 	in         mInput
 	start, end time.Time
 	code       int // 0: no answer
+	node       int
+	why        string // why there was no answer
 }
 
 // nextSVN returns a security version no client sent before: mostly the
@@ -129,11 +131,11 @@ func (r *linRun) nextSVN(rng *rand.Rand) int {
 
 func (r *linRun) now() int64 { return int64(time.Since(r.t0)) }
 
-func (r *linRun) record(op porcupine.Operation, in mInput, out mOutput, lat time.Duration) {
+func (r *linRun) record(op porcupine.Operation, in mInput, out mOutput, lat time.Duration, node int, why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	end := time.Now()
-	r.calls = append(r.calls, linCall{in: in, start: end.Add(-lat), end: end, code: out.HTTP})
+	r.calls = append(r.calls, linCall{in: in, start: end.Add(-lat), end: end, code: out.HTTP, node: node, why: why})
 	r.answers[fmt.Sprintf("%s %d", in.Op, out.HTTP)]++
 	if out.Unknown {
 		if in.Op == opStatus || in.Op == opGetSecret || in.Op == opGetLog {
@@ -163,6 +165,7 @@ type linClient struct {
 	hc     *http.Client // alice's certificate, any server certificate
 	anon   *http.Client // no client certificate (the manifest)
 	writes int
+	why    string // why the last call had no answer
 }
 
 // jsend is the answer's envelope.
@@ -175,9 +178,16 @@ type jsend struct {
 // call sends one request to node n and returns the HTTP status (0 without
 // an answer) and the envelope.
 func (c *linClient) call(hc *http.Client, n *haNode, method, path string, body []byte) (int, jsend) {
+	code, env, why := c.send(hc, n, method, path, body)
+	c.why = why
+	return code, env
+}
+
+// send is call, also saying why there was no answer.
+func (c *linClient) send(hc *http.Client, n *haNode, method, path string, body []byte) (int, jsend, string) {
 	addr, up := n.address()
 	if !up {
-		return 0, jsend{}
+		return 0, jsend{}, "the instance is not up"
 	}
 	var rd io.Reader
 	if body != nil {
@@ -185,23 +195,23 @@ func (c *linClient) call(hc *http.Client, n *haNode, method, path string, body [
 	}
 	req, err := http.NewRequestWithContext(context.Background(), method, "https://"+addr+path, rd)
 	if err != nil {
-		return 0, jsend{}
+		return 0, jsend{}, err.Error()
 	}
 	resp, err := hc.Do(req)
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		return -1, jsend{} // never sent (the instance is down): not recorded
+		return -1, jsend{}, "" // never sent (the instance is down): not recorded
 	}
 	if err != nil {
-		return 0, jsend{}
+		return 0, jsend{}, err.Error()
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20)) // the update log grows with the run
 	var env jsend
 	if err != nil || json.Unmarshal(raw, &env) != nil {
-		return 0, jsend{}
+		return 0, jsend{}, fmt.Sprintf("HTTP %d, body unreadable: %v", resp.StatusCode, err)
 	}
-	return resp.StatusCode, env
+	return resp.StatusCode, env, ""
 }
 
 // do runs one operation against node index ni and records it.
@@ -252,7 +262,7 @@ func (c *linClient) do(ni int, in mInput) mOutput {
 	default:
 		out.OK = false
 	}
-	r.record(porcupine.Operation{ClientId: c.id, Input: in, Call: call, Output: out, Return: ret, Metadata: fmt.Sprintf("instance %d, HTTP %d", ni, code)}, in, out, lat)
+	r.record(porcupine.Operation{ClientId: c.id, Input: in, Call: call, Output: out, Return: ret, Metadata: fmt.Sprintf("instance %d, HTTP %d", ni, code)}, in, out, lat, ni, c.why)
 	return out
 }
 
@@ -827,7 +837,7 @@ func TestHAChaos(t *testing.T) {
 		slowestLate = max(slowestLate, lat)
 		switch {
 		case c.code != http.StatusServiceUnavailable:
-			t.Errorf("%s sent %v into the quorum loss: HTTP %d (0: no answer within 5 s), want 503", c.in.Op, c.start.Sub(plan.qlFrom).Round(time.Millisecond), c.code)
+			t.Errorf("%s to instance %d sent %v into the quorum loss: HTTP %d after %v (%s), want 503", c.in.Op, c.node, c.start.Sub(plan.qlFrom).Round(time.Millisecond), c.code, lat.Round(time.Millisecond), c.why)
 		case lat > storeTimeout+time.Second:
 			t.Errorf("%s sent %v into the quorum loss: 503 after %v, want within the store timeout (%v, and 1 s for the handshake)", c.in.Op, c.start.Sub(plan.qlFrom).Round(time.Millisecond), lat.Round(time.Millisecond), storeTimeout)
 		case lat > storeTimeout+500*time.Millisecond:
