@@ -36,10 +36,10 @@ var (
 	// The done-when fault run (TestHAChaos).
 	haChaos      = flag.Duration("ha.chaos", 20*time.Second, "how long TestHAChaos injects faults before the all-kill and the quorum loss")
 	haQuorumLoss = flag.Duration("ha.quorumloss", 10*time.Second, "how long TestHAChaos keeps two of the three etcd members down")
-	haAssertDB   = flag.Bool("ha.assert-db-size", false, "TestHAChaos: fail when an etcd member's database ends above 48 MiB (a run shorter than the compaction retention, 5 min by default, ends above it: etcd keeps the whole history of the run)")
 )
 
-// haMaxDBBytes is the bound -ha.assert-db-size enforces.
+// haMaxDBBytes bounds each etcd member's database after a run: Quarry
+// compacts etcd's history behind its commits (docs/ha.md, "Compaction").
 const haMaxDBBytes = 48 << 20
 
 // haNode is one coordinator process whose address the fault loop changes
@@ -781,6 +781,7 @@ func TestLinearizability(t *testing.T) {
 	plan := &linPlan{procs: procs, minUp: 1, chaos: *haDuration, quiet: time.Second}
 	runLinearizability(t, "etcd, 3 instances", nodes, seed, plan)
 	logRestart(t, plan)
+	checkDBSize(t, procs)
 }
 
 // TestHAChaos is the fault run of docs/ha.md ("The fault run"): three etcd
@@ -791,7 +792,7 @@ func TestLinearizability(t *testing.T) {
 // without faults. Besides the checks of TestLinearizability: no answer is
 // 500, every request sent while the quorum is lost is answered 503 within
 // the store timeout (and a little), and each etcd member's database size
-// is reported (and bounded with -ha.assert-db-size).
+// is at most haMaxDBBytes.
 func TestHAChaos(t *testing.T) {
 	seed := linSeed(t)
 	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{Binary: os.Getenv(etcdtest.BinaryEnv)})
@@ -850,6 +851,13 @@ func TestHAChaos(t *testing.T) {
 	t.Logf("quorum lost for %v: %d answers 503, the slowest after %v; %d requests sent after the first %v, the slowest answered after %v, %d after more than the store timeout",
 		plan.quorumLoss, n503, slowest.Round(time.Millisecond), late, grace.Sub(plan.qlFrom), slowestLate.Round(time.Millisecond), overOne)
 
+	checkDBSize(t, procs)
+}
+
+// checkDBSize logs each etcd member's database size and fails above
+// haMaxDBBytes.
+func checkDBSize(t *testing.T, procs *etcdtest.Procs) {
+	t.Helper()
 	for i := range procs.Size() {
 		st, err := procs.Status(i)
 		if err != nil {
@@ -857,7 +865,7 @@ func TestHAChaos(t *testing.T) {
 			continue
 		}
 		t.Logf("etcd member %d: database %.1f MiB (%.1f MiB in use), revision %d", i, float64(st.DBSize)/(1<<20), float64(st.DBSizeInUse)/(1<<20), st.Revision)
-		if *haAssertDB && st.DBSize > haMaxDBBytes {
+		if st.DBSize > haMaxDBBytes {
 			t.Errorf("etcd member %d: database of %.1f MiB, more than %d MiB", i, float64(st.DBSize)/(1<<20), haMaxDBBytes>>20)
 		}
 	}
