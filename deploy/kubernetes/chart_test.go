@@ -271,7 +271,7 @@ func TestChartHA(t *testing.T) {
 	}
 	want := map[string]string{"QUARRY_STORE": "etcd", "QUARRY_ETCD_ENDPOINTS": "https://etcd-0.etcd:2379,https://etcd-1.etcd:2379",
 		"QUARRY_ETCD_PREFIX": "/quarry/", "QUARRY_INSECURE_PEER_TRUST": "1",
-		"QUARRY_ETCD_COMPACTION": "1", "QUARRY_ETCD_COMPACTION_RETENTION": "5m",
+		"QUARRY_ETCD_COMPACTION": "1", "QUARRY_ETCD_COMPACTION_RETENTION": "30s",
 		"QUARRY_PEER_ADDR": ":2003", "QUARRY_PEER_ADVERTISE_ADDR": "$(POD_IP):2003"}
 	if r.ports["peer"] != port(t, r.cfg.Store.PeerAddr) {
 		t.Errorf("peer port %v, QUARRY_PEER_ADDR %q", r.ports["peer"], r.cfg.Store.PeerAddr)
@@ -279,7 +279,7 @@ func TestChartHA(t *testing.T) {
 	if !r.cfg.Store.InsecurePeerTrust {
 		t.Error("ha.insecurePeerTrust=true does not reach the configuration")
 	}
-	if !r.cfg.Store.Compaction || r.cfg.Store.CompactionRetention.String() != "5m0s" {
+	if !r.cfg.Store.Compaction || r.cfg.Store.CompactionRetention.String() != "30s" {
 		t.Errorf("compaction %v, retention %v: the chart's defaults do not reach the configuration", r.cfg.Store.Compaction, r.cfg.Store.CompactionRetention)
 	}
 	off := render(t, objects(t, append(haSets, "ha.etcd.compaction=false", "ha.etcd.compactionRetention=1h")...))

@@ -25,11 +25,14 @@ const (
 	// the read-back of a write whose answer was lost).
 	DefaultStoreTimeout = 2 * time.Second
 	// DefaultCompactionRetention is how much of etcd's history Quarry
-	// keeps when it compacts (docs/ha.md, "Compaction").
-	DefaultCompactionRetention = 5 * time.Minute
-	// minCompactionRetention covers the longest request (its deadline,
-	// about 2 min) plus the longest read-back of a lost write (1 min).
-	minCompactionRetention = 3 * time.Minute
+	// keeps when it compacts (docs/ha.md, "Compaction"): far more than
+	// the read-back of a lost write needs (one store timeout), short
+	// enough that a busy deployment's etcd stays small.
+	DefaultCompactionRetention = 30 * time.Second
+	// minCompactionRetention is the least retention; it must also be
+	// retentionPerTimeout store timeouts.
+	minCompactionRetention = 10 * time.Second
+	retentionPerTimeout    = 5
 )
 
 // StoreConfig says where the sealed state is kept.
@@ -99,7 +102,7 @@ func registerStore(fs *flag.FlagSet, env func(name, def string) string) *storeFl
 	fs.Var((*switchFlag)(&f.compaction), "etcd-compaction",
 		"with store etcd, compact etcd's history behind the state (=1, the default) so that etcd's database stays bounded; =0 for an etcd whose history other users need, which must then compact itself (--auto-compaction-*, docs/ha.md) [QUARRY_ETCD_COMPACTION]")
 	fs.StringVar(&f.retention, "etcd-compaction-retention", env("QUARRY_ETCD_COMPACTION_RETENTION", DefaultCompactionRetention.String()),
-		"with store etcd and --etcd-compaction, how much of etcd's history is kept, e.g. 5m; 3m to 24h (docs/ha.md) [QUARRY_ETCD_COMPACTION_RETENTION]")
+		"with store etcd and --etcd-compaction, how much of etcd's history is kept, e.g. 30s; 10s to 24h and at least 5 store timeouts (docs/ha.md) [QUARRY_ETCD_COMPACTION_RETENTION]")
 	return f
 }
 
@@ -130,7 +133,9 @@ func (f *storeFlags) apply(c *Config) []error {
 		errs = append(errs, err)
 	}
 	if d, err := time.ParseDuration(strings.TrimSpace(f.retention)); err != nil || d < minCompactionRetention || d > 24*time.Hour {
-		errs = append(errs, fmt.Errorf("etcd-compaction-retention [QUARRY_ETCD_COMPACTION_RETENTION]: %q is not a duration between 3m and 24h, such as 5m", f.retention))
+		errs = append(errs, fmt.Errorf("etcd-compaction-retention [QUARRY_ETCD_COMPACTION_RETENTION]: %q is not a duration between 10s and 24h, such as 30s", f.retention))
+	} else if s.Timeout > 0 && d < retentionPerTimeout*s.Timeout {
+		errs = append(errs, fmt.Errorf("etcd-compaction-retention [QUARRY_ETCD_COMPACTION_RETENTION]: %v is shorter than %d store timeouts (--store-timeout %v): a lost write's read-back could find its history compacted; set it to %v or more", d, retentionPerTimeout, s.Timeout, retentionPerTimeout*s.Timeout))
 	} else {
 		s.CompactionRetention = d
 	}

@@ -24,7 +24,7 @@ func TestStoreSettings(t *testing.T) {
 		args []string
 		want StoreConfig
 	}{
-		{"default", nil, nil, StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: 2 * time.Second, Compaction: true, CompactionRetention: 5 * time.Minute}},
+		{"default", nil, nil, StoreConfig{Kind: "file", EtcdPrefix: "/quarry/", Timeout: 2 * time.Second, Compaction: true, CompactionRetention: 30 * time.Second}},
 		{"environment", map[string]string{
 			"QUARRY_STORE":                     "etcd",
 			"QUARRY_ETCD_ENDPOINTS":            "http://127.0.0.1:2379, https://etcd-1:2379/",
@@ -83,7 +83,8 @@ func TestStoreInvalid(t *testing.T) {
 		{"cert without key", nil, append(etcd, "--etcd-cert", file), "etcd-cert [QUARRY_ETCD_CERT] and etcd-key [QUARRY_ETCD_KEY] go together"},
 		{"missing key", map[string]string{"QUARRY_ETCD_CERT": file, "QUARRY_ETCD_KEY": "/nonexistent/k.pem"}, etcd, "etcd-key [QUARRY_ETCD_KEY]"},
 		{"compaction not a switch", nil, append(etcd, "--etcd-compaction=maybe"), "etcd-compaction [QUARRY_ETCD_COMPACTION]"},
-		{"retention too short for a request and its read-back", nil, append(etcd, "--etcd-compaction-retention", "1m"), "etcd-compaction-retention [QUARRY_ETCD_COMPACTION_RETENTION]: \"1m\" is not a duration between 3m and 24h"},
+		{"retention below the least", nil, append(etcd, "--etcd-compaction-retention", "5s"), "etcd-compaction-retention [QUARRY_ETCD_COMPACTION_RETENTION]: \"5s\" is not a duration between 10s and 24h"},
+		{"retention too short for a lost write's read-back", nil, append(etcd, "--store-timeout", "10s", "--etcd-compaction-retention", "30s"), "shorter than 5 store timeouts (--store-timeout 10s)"},
 		{"retention not a duration", map[string]string{"QUARRY_ETCD_COMPACTION_RETENTION": "5"}, etcd, "etcd-compaction-retention [QUARRY_ETCD_COMPACTION_RETENTION]"},
 		{"etcd settings with the file store", map[string]string{"QUARRY_ETCD_ENDPOINTS": "http://a:1"}, nil, "etcd settings are given but the store is file"},
 		{"bad peer trust switch", map[string]string{"QUARRY_INSECURE_PEER_TRUST": "yes"}, nil, "insecure-peer-trust [QUARRY_INSECURE_PEER_TRUST]"},

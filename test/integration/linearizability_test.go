@@ -36,10 +36,10 @@ var (
 	// The done-when fault run (TestHAChaos).
 	haChaos      = flag.Duration("ha.chaos", 20*time.Second, "how long TestHAChaos injects faults before the all-kill and the quorum loss")
 	haQuorumLoss = flag.Duration("ha.quorumloss", 10*time.Second, "how long TestHAChaos keeps two of the three etcd members down")
-	haAssertDB   = flag.Bool("ha.assert-db-size", false, "TestHAChaos: fail when an etcd member's database ends above 48 MiB (a run shorter than the compaction retention, 5 min by default, ends above it: etcd keeps the whole history of the run)")
 )
 
-// haMaxDBBytes is the bound -ha.assert-db-size enforces.
+// haMaxDBBytes bounds each etcd member's database after a run: Quarry
+// compacts etcd's history behind its commits (docs/ha.md, "Compaction").
 const haMaxDBBytes = 48 << 20
 
 // haNode is one coordinator process whose address the fault loop changes
@@ -104,6 +104,8 @@ type linCall struct {
 	in         mInput
 	start, end time.Time
 	code       int // 0: no answer
+	node       int
+	why        string // why there was no answer
 }
 
 // nextSVN returns a security version no client sent before: mostly the
@@ -129,11 +131,11 @@ func (r *linRun) nextSVN(rng *rand.Rand) int {
 
 func (r *linRun) now() int64 { return int64(time.Since(r.t0)) }
 
-func (r *linRun) record(op porcupine.Operation, in mInput, out mOutput, lat time.Duration) {
+func (r *linRun) record(op porcupine.Operation, in mInput, out mOutput, lat time.Duration, node int, why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	end := time.Now()
-	r.calls = append(r.calls, linCall{in: in, start: end.Add(-lat), end: end, code: out.HTTP})
+	r.calls = append(r.calls, linCall{in: in, start: end.Add(-lat), end: end, code: out.HTTP, node: node, why: why})
 	r.answers[fmt.Sprintf("%s %d", in.Op, out.HTTP)]++
 	if out.Unknown {
 		if in.Op == opStatus || in.Op == opGetSecret || in.Op == opGetLog {
@@ -163,6 +165,7 @@ type linClient struct {
 	hc     *http.Client // alice's certificate, any server certificate
 	anon   *http.Client // no client certificate (the manifest)
 	writes int
+	why    string // why the last call had no answer
 }
 
 // jsend is the answer's envelope.
@@ -175,9 +178,16 @@ type jsend struct {
 // call sends one request to node n and returns the HTTP status (0 without
 // an answer) and the envelope.
 func (c *linClient) call(hc *http.Client, n *haNode, method, path string, body []byte) (int, jsend) {
+	code, env, why := c.send(hc, n, method, path, body)
+	c.why = why
+	return code, env
+}
+
+// send is call, also saying why there was no answer.
+func (c *linClient) send(hc *http.Client, n *haNode, method, path string, body []byte) (int, jsend, string) {
 	addr, up := n.address()
 	if !up {
-		return 0, jsend{}
+		return 0, jsend{}, "the instance is not up"
 	}
 	var rd io.Reader
 	if body != nil {
@@ -185,23 +195,23 @@ func (c *linClient) call(hc *http.Client, n *haNode, method, path string, body [
 	}
 	req, err := http.NewRequestWithContext(context.Background(), method, "https://"+addr+path, rd)
 	if err != nil {
-		return 0, jsend{}
+		return 0, jsend{}, err.Error()
 	}
 	resp, err := hc.Do(req)
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		return -1, jsend{} // never sent (the instance is down): not recorded
+		return -1, jsend{}, "" // never sent (the instance is down): not recorded
 	}
 	if err != nil {
-		return 0, jsend{}
+		return 0, jsend{}, err.Error()
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20)) // the update log grows with the run
 	var env jsend
 	if err != nil || json.Unmarshal(raw, &env) != nil {
-		return 0, jsend{}
+		return 0, jsend{}, fmt.Sprintf("HTTP %d, body unreadable: %v", resp.StatusCode, err)
 	}
-	return resp.StatusCode, env
+	return resp.StatusCode, env, ""
 }
 
 // do runs one operation against node index ni and records it.
@@ -252,7 +262,7 @@ func (c *linClient) do(ni int, in mInput) mOutput {
 	default:
 		out.OK = false
 	}
-	r.record(porcupine.Operation{ClientId: c.id, Input: in, Call: call, Output: out, Return: ret, Metadata: fmt.Sprintf("instance %d, HTTP %d", ni, code)}, in, out, lat)
+	r.record(porcupine.Operation{ClientId: c.id, Input: in, Call: call, Output: out, Return: ret, Metadata: fmt.Sprintf("instance %d, HTTP %d", ni, code)}, in, out, lat, ni, c.why)
 	return out
 }
 
@@ -771,6 +781,7 @@ func TestLinearizability(t *testing.T) {
 	plan := &linPlan{procs: procs, minUp: 1, chaos: *haDuration, quiet: time.Second}
 	runLinearizability(t, "etcd, 3 instances", nodes, seed, plan)
 	logRestart(t, plan)
+	checkDBSize(t, procs)
 }
 
 // TestHAChaos is the fault run of docs/ha.md ("The fault run"): three etcd
@@ -781,7 +792,7 @@ func TestLinearizability(t *testing.T) {
 // without faults. Besides the checks of TestLinearizability: no answer is
 // 500, every request sent while the quorum is lost is answered 503 within
 // the store timeout (and a little), and each etcd member's database size
-// is reported (and bounded with -ha.assert-db-size).
+// is at most haMaxDBBytes.
 func TestHAChaos(t *testing.T) {
 	seed := linSeed(t)
 	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{Binary: os.Getenv(etcdtest.BinaryEnv)})
@@ -827,7 +838,7 @@ func TestHAChaos(t *testing.T) {
 		slowestLate = max(slowestLate, lat)
 		switch {
 		case c.code != http.StatusServiceUnavailable:
-			t.Errorf("%s sent %v into the quorum loss: HTTP %d (0: no answer within 5 s), want 503", c.in.Op, c.start.Sub(plan.qlFrom).Round(time.Millisecond), c.code)
+			t.Errorf("%s to instance %d sent %v into the quorum loss: HTTP %d after %v (%s), want 503", c.in.Op, c.node, c.start.Sub(plan.qlFrom).Round(time.Millisecond), c.code, lat.Round(time.Millisecond), c.why)
 		case lat > storeTimeout+time.Second:
 			t.Errorf("%s sent %v into the quorum loss: 503 after %v, want within the store timeout (%v, and 1 s for the handshake)", c.in.Op, c.start.Sub(plan.qlFrom).Round(time.Millisecond), lat.Round(time.Millisecond), storeTimeout)
 		case lat > storeTimeout+500*time.Millisecond:
@@ -840,6 +851,13 @@ func TestHAChaos(t *testing.T) {
 	t.Logf("quorum lost for %v: %d answers 503, the slowest after %v; %d requests sent after the first %v, the slowest answered after %v, %d after more than the store timeout",
 		plan.quorumLoss, n503, slowest.Round(time.Millisecond), late, grace.Sub(plan.qlFrom), slowestLate.Round(time.Millisecond), overOne)
 
+	checkDBSize(t, procs)
+}
+
+// checkDBSize logs each etcd member's database size and fails above
+// haMaxDBBytes.
+func checkDBSize(t *testing.T, procs *etcdtest.Procs) {
+	t.Helper()
 	for i := range procs.Size() {
 		st, err := procs.Status(i)
 		if err != nil {
@@ -847,7 +865,7 @@ func TestHAChaos(t *testing.T) {
 			continue
 		}
 		t.Logf("etcd member %d: database %.1f MiB (%.1f MiB in use), revision %d", i, float64(st.DBSize)/(1<<20), float64(st.DBSizeInUse)/(1<<20), st.Revision)
-		if *haAssertDB && st.DBSize > haMaxDBBytes {
+		if st.DBSize > haMaxDBBytes {
 			t.Errorf("etcd member %d: database of %.1f MiB, more than %d MiB", i, float64(st.DBSize)/(1<<20), haMaxDBBytes>>20)
 		}
 	}

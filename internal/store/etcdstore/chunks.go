@@ -138,7 +138,9 @@ func (s *Store) SaveHead(ctx context.Context, blob []byte, prev store.Revision, 
 // revision at (the revision of the head that references them), so that a
 // chunk deleted since by a newer head is still found; when etcd has
 // compacted that revision, as it holds them now. A name that is not stored
-// is absent from the map.
+// is absent from the map; but when the revision was compacted and a name
+// is not stored now, the error wraps ErrHistoryGone (a newer head deleted
+// it: the caller's head is outdated).
 func (s *Store) LoadChunks(ctx context.Context, at store.Revision, names []string) (map[string][]byte, error) {
 	n, ok := parseRev(at)
 	if !ok {
@@ -154,7 +156,8 @@ func (s *Store) LoadChunks(ctx context.Context, at store.Revision, names []strin
 			ops = append(ops, clientv3.OpGet(s.chunkKey(name), clientv3.WithRev(n)))
 		}
 		resp, err := s.c.cli.Txn(ctx).Then(ops...).Commit()
-		if errors.Is(err, rpctypes.ErrCompacted) {
+		compacted := errors.Is(err, rpctypes.ErrCompacted)
+		if compacted {
 			for i := range ops {
 				ops[i] = clientv3.OpGet(s.chunkKey(batch[i]))
 			}
@@ -166,6 +169,18 @@ func (s *Store) LoadChunks(ctx context.Context, at store.Revision, names []strin
 		for _, r := range resp.Responses {
 			for _, kv := range r.GetResponseRange().GetKvs() {
 				out[strings.TrimPrefix(string(kv.Key), s.c.prefix+chunkDir)] = append([]byte{}, kv.Value...)
+			}
+		}
+		if !compacted {
+			continue
+		}
+		// Read as stored now: a chunk missing now was deleted by a newer
+		// head after the one the caller read, not lost. The caller's head
+		// is outdated; it must read the head again, not take the state
+		// for damaged.
+		for _, name := range batch {
+			if _, ok := out[name]; !ok {
+				return nil, fmt.Errorf("%w: chunk %s of the head at revision %d was deleted since (read the head again)", ErrHistoryGone, name, n)
 			}
 		}
 	}

@@ -15,19 +15,21 @@ import (
 // (docs/ha.md, "Compaction"). An instance that commits tells its Store
 // (Committed); the Client then compacts etcd's history up to the newest
 // head revision it committed at least Retention ago, at most once per
-// Interval, in the background. Everything a reader or the read-back of a
-// lost write needs is younger: a write in flight is based on a head read
-// within the retention (docs/ha.md), and that head's revision is at least
-// the one compacted to. Several instances compacting is harmless: etcd
-// refuses a compaction to a revision it has already compacted, which is
-// not an error here.
+// Interval, in the background. What is read from the history is younger
+// or copes without it: the read-back of a write whose answer was lost
+// (FirstWriteAfter) starts within a store timeout of the write, and the
+// retention is several store timeouts; a head's chunks are read at the
+// head's revision, and a reader slower than the retention is told that a
+// chunk is gone (LoadChunks, ErrHistoryGone) and reads the head again.
+// Several instances compacting is harmless: etcd refuses a compaction to
+// a revision it has already compacted, which is not an error here.
 
 // CompactionOptions configure the compaction of etcd's history.
 type CompactionOptions struct {
-	// Retention is how long history is kept after a commit (default 5 min).
+	// Retention is how long history is kept after a commit (default 30 s).
 	Retention time.Duration
-	// Interval is the least time between two compactions (0: 1 min;
-	// negative: none, for tests).
+	// Interval is the least time between two compactions (0: a quarter
+	// of the retention, between 1 s and 1 min; negative: none, for tests).
 	Interval time.Duration
 	// Done, if set, is called after each compaction with the revision
 	// compacted to and its error (nil also when another instance had
@@ -39,8 +41,7 @@ type CompactionOptions struct {
 
 // Defaults of CompactionOptions.
 const (
-	DefaultRetention          = 5 * time.Minute
-	DefaultCompactionInterval = time.Minute
+	DefaultRetention = 30 * time.Second
 )
 
 type compactor struct {
@@ -68,7 +69,7 @@ func (c *Client) EnableCompaction(opts CompactionOptions) {
 	if opts.Interval < 0 {
 		opts.Interval = 0
 	} else if opts.Interval == 0 {
-		opts.Interval = DefaultCompactionInterval
+		opts.Interval = min(max(opts.Retention/4, time.Second), time.Minute)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -69,9 +69,15 @@ func TestChunksWithHead(t *testing.T) {
 	if err := c.Compact(t.Context(), n2); err != nil {
 		t.Fatalf("a second compaction to the same revision: %v", err)
 	}
-	old, err = data.LoadChunks(t.Context(), r1, []string{"k.a", "k.b"})
+	old, err = data.LoadChunks(t.Context(), r1, []string{"k.b"})
 	if err != nil || len(old) != 1 || string(old["k.b"]) != "B" {
 		t.Fatalf("chunks at a compacted revision: %q, %v", old, err)
+	}
+	// One deleted since: the head read at r1 is outdated, which the
+	// caller must learn (a missing chunk would otherwise read as a
+	// damaged state).
+	if old, err = data.LoadChunks(t.Context(), r1, []string{"k.a", "k.b"}); !errors.Is(err, etcdstore.ErrHistoryGone) {
+		t.Fatalf("a chunk deleted behind a compacted revision: %q, %v; want ErrHistoryGone", old, err)
 	}
 	// A conflicting head writes none of its chunks.
 	if _, err := data.SaveHead(t.Context(), []byte("head 3"), r1, key, []byte("key 3"), r2, map[string][]byte{"k.d": []byte("D")}, []string{"k.b"}); !errors.Is(err, store.ErrConflict) {
