@@ -292,7 +292,11 @@ func excludes(sel any, name string) bool {
 func checkInjectorFlags(t *testing.T, args map[string]string) {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "marble-injector")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/quarry-cc/quarry/cmd/marble-injector").CombinedOutput(); err != nil {
+	// Built as the Dockerfile builds it, so that the build cache of
+	// deploy/container's test serves both.
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/quarry-cc/quarry/cmd/marble-injector")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the injector: %v\n%s", err, out)
 	}
 	help, _ := exec.Command(bin, "-help").CombinedOutput()
