@@ -13,6 +13,7 @@ import (
 
 	"github.com/quarry-cc/quarry/internal/app"
 	"github.com/quarry-cc/quarry/internal/backup"
+	"github.com/quarry-cc/quarry/internal/buildinfo"
 	"github.com/quarry-cc/quarry/internal/config"
 )
 
@@ -31,6 +32,14 @@ func main() {
 }
 
 func run(getenv func(string) string, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintf(stdout, "coordinator %s", buildinfo.Version())
+		if c := buildinfo.Commit(); c != "" {
+			fmt.Fprintf(stdout, " (commit %s)", c)
+		}
+		fmt.Fprintln(stdout)
+		return exitOK
+	}
 	cfg, err := config.Load(getenv, args, stdout)
 	if errors.Is(err, config.ErrHelp) {
 		return exitOK

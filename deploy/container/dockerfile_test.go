@@ -5,7 +5,9 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quarry-cc/quarry/internal/config"
 )
@@ -39,6 +42,7 @@ type stage struct {
 	image, name string
 	ins         []instruction
 	env         map[string]string
+	args        map[string]string // the stage's ARGs and their defaults
 }
 
 func (s *stage) all(cmd string) []instruction {
@@ -107,7 +111,7 @@ func parseDockerfile(text string) (map[string]string, []*stage, error) {
 		switch {
 		case cmd == "FROM":
 			f := strings.Fields(rest)
-			st := &stage{env: map[string]string{}}
+			st := &stage{env: map[string]string{}, args: map[string]string{}}
 			switch {
 			case len(f) == 1:
 				st.image = f[0]
@@ -126,6 +130,10 @@ func parseDockerfile(text string) (map[string]string, []*stage, error) {
 		default:
 			st := stages[len(stages)-1]
 			st.ins = append(st.ins, in)
+			if cmd == "ARG" {
+				k, v, _ := strings.Cut(rest, "=")
+				st.args[k] = v
+			}
 			if cmd == "ENV" {
 				for _, kv := range strings.Fields(rest) {
 					k, v, ok := strings.Cut(kv, "=")
@@ -158,16 +166,66 @@ type goBuild struct {
 	inline map[string]string // VAR=value before "go"
 }
 
-func goBuilds(st *stage) ([]goBuild, error) {
+// shellWords splits a go build line the way the build's shell does, for
+// the little syntax it may use: words separated by blanks, double quotes
+// around a word or part of it, and ${NAME} for a build argument of the
+// stage (replaced by vars[NAME]). Anything else a shell would interpret
+// is refused, so that this test runs exactly what the build runs.
+func shellWords(line string, st *stage, vars map[string]string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord, quoted := false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == '"':
+			quoted, inWord = !quoted, true
+		case c == '$':
+			end := strings.IndexByte(line[i:], '}')
+			if !strings.HasPrefix(line[i:], "${") || end < 0 {
+				return nil, fmt.Errorf("$ other than ${NAME} in %s", line)
+			}
+			name := line[i+2 : i+end]
+			if _, ok := st.args[name]; !ok {
+				return nil, fmt.Errorf("${%s} is not an ARG of stage %s", name, st.name)
+			}
+			cur.WriteString(vars[name])
+			inWord = true
+			i += end
+		case strings.IndexByte("'`;&|<>()\\*?", c) >= 0:
+			return nil, fmt.Errorf("shell syntax %q in %s", c, line)
+		case (c == ' ' || c == '\t') && !quoted:
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteByte(c)
+			inWord = true
+		}
+	}
+	if quoted {
+		return nil, fmt.Errorf("unterminated quote in %s", line)
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
+
+// goBuilds returns the stage's go build lines with the build arguments
+// set to vars.
+func goBuilds(st *stage, vars map[string]string) ([]goBuild, error) {
 	var out []goBuild
 	for _, in := range st.all("RUN") {
 		if !strings.Contains(in.args, "go build") {
 			continue
 		}
-		if strings.ContainsAny(in.args, "\"'`$;&|<>()\\*?") {
-			return nil, fmt.Errorf("Dockerfile:%d: the go build line must be a plain command (no quotes or shell syntax) so this test runs exactly it: %s", in.line, in.args)
+		f, err := shellWords(in.args, st, vars)
+		if err != nil {
+			return nil, fmt.Errorf("Dockerfile:%d: the go build line must be a plain command (words, double quotes, ${ARG}) so this test runs exactly it: %v", in.line, err)
 		}
-		f := strings.Fields(in.args)
 		b := goBuild{inline: map[string]string{}}
 		for len(f) > 0 && strings.Contains(f[0], "=") {
 			k, v, _ := strings.Cut(f[0], "=")
@@ -234,9 +292,9 @@ func copyFrom(t *testing.T, st *stage) map[string]string {
 
 func TestDockerfile(t *testing.T) {
 	args, stages, order := readDockerfile(t)
-	build, coord, cli := stages["build"], stages["coordinator"], stages["cli"]
-	if build == nil || coord == nil || cli == nil {
-		t.Fatalf("stages %v, want build, cli and coordinator", stages)
+	build, coord, cli, inj := stages["build"], stages["coordinator"], stages["cli"], stages["marble-injector"]
+	if build == nil || coord == nil || cli == nil || inj == nil {
+		t.Fatalf("stages %v, want build, cli, marble-injector and coordinator", stages)
 	}
 	// docker build without --target builds the last stage: the Coordinator.
 	if order[len(order)-1] != coord {
@@ -258,7 +316,7 @@ func TestDockerfile(t *testing.T) {
 	if build.env["CGO_ENABLED"] != "0" {
 		t.Fatalf("the build stage does not set CGO_ENABLED=0: %v", build.env)
 	}
-	builds, err := goBuilds(build)
+	builds, err := goBuilds(build, stampArgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +346,9 @@ func TestDockerfile(t *testing.T) {
 		}
 		outs[b.pkg] = b.out
 		checkStatic(t, filepath.Join(tmp, b.out))
+		checkStripped(t, filepath.Join(tmp, b.out))
 	}
+	checkStamped(t, tmp, outs)
 
 	for _, c := range []struct {
 		st       *stage
@@ -297,6 +357,7 @@ func TestDockerfile(t *testing.T) {
 	}{
 		{coord, "./cmd/coordinator", "Usage: coordinator"},
 		{cli, "./cmd/quarry", "quarry"},
+		{inj, "./cmd/marble-injector", "Usage: marble-injector"},
 	} {
 		t.Run(c.st.name, func(t *testing.T) {
 			if !strings.HasPrefix(c.st.image, "gcr.io/distroless/static") && c.st.image != "scratch" {
@@ -399,8 +460,77 @@ func TestDockerfileReaderRefuses(t *testing.T) {
 			t.Errorf("%q: %v, want an error saying %q", bad, err, want)
 		}
 	}
-	st := &stage{name: "b", ins: []instruction{{cmd: "RUN", args: "CGO_ENABLED=0 go build -o $OUT ./cmd/x", line: 1}}}
-	if _, err := goBuilds(st); err == nil {
-		t.Error("a go build line with shell syntax was accepted")
+	for _, bad := range []string{"CGO_ENABLED=0 go build -o $OUT ./cmd/x", "go build -o ${NOPE} ./cmd/x", "go build -o x ./cmd/x; rm -rf /",
+		`go build -ldflags="-s -o x ./cmd/x`, "go build -o `x` ./cmd/x"} {
+		st := &stage{name: "b", args: map[string]string{"V": ""}, ins: []instruction{{cmd: "RUN", args: bad, line: 1}}}
+		if _, err := goBuilds(st, nil); err == nil {
+			t.Errorf("go build line %q accepted", bad)
+		}
+	}
+	st := &stage{name: "b", args: map[string]string{"V": ""}, ins: []instruction{{cmd: "RUN", args: `go build -ldflags="-s -w -X a.b=${V}" -o /x ./cmd/x`, line: 1}}}
+	if b, err := goBuilds(st, map[string]string{"V": "v1"}); err != nil || len(b) != 1 || !slices.Equal(b[0].args, []string{"build", "-ldflags=-s -w -X a.b=v1", "-o", "/x", "./cmd/x"}) {
+		t.Errorf("quoted ldflags: %v %v", b, err)
+	}
+}
+
+// stampArgs are the build arguments the test builds with, standing for a
+// release build's --build-arg VERSION=... --build-arg COMMIT=....
+var stampArgs = map[string]string{"VERSION": "v9.8.7-stamp", "COMMIT": "0123456789abcdef0123456789abcdef01234567"}
+
+// checkStripped: -s -w leave no symbol table and no DWARF.
+func checkStripped(t *testing.T, path string) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, s := range f.Sections {
+		if s.Name == ".symtab" || strings.HasPrefix(s.Name, ".debug_") || strings.HasPrefix(s.Name, ".zdebug_") {
+			t.Errorf("%s has section %s: not stripped (-ldflags -s -w)", filepath.Base(path), s.Name)
+		}
+	}
+}
+
+// checkStamped: the binaries report the build arguments' version and
+// commit: coordinator --version, quarry version, marble-injector -version
+// and the coordinator_version_info metric of a running Coordinator.
+func checkStamped(t *testing.T, dir string, outs map[string]string) {
+	t.Helper()
+	v, c := stampArgs["VERSION"], stampArgs["COMMIT"]
+	for pkg, args := range map[string][]string{"./cmd/coordinator": {"--version"}, "./cmd/quarry": {"version"}, "./cmd/marble-injector": {"-version"}} {
+		out, err := exec.Command(filepath.Join(dir, outs[pkg]), args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), v) || !strings.Contains(string(out), c) {
+			t.Errorf("%s %v: %v\n%s; want version %s and commit %s", pkg, args, err, out, v, c)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(filepath.Join(dir, outs["./cmd/coordinator"]))
+	cmd.Env = append(os.Environ(), "EDG_COORDINATOR_SEAL_DIR="+t.TempDir(), "EDG_COORDINATOR_CLIENT_ADDR=127.0.0.1:0",
+		"EDG_COORDINATOR_MESH_ADDR=127.0.0.1:0", "EDG_COORDINATOR_PROMETHEUS_ADDR="+addr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	want := fmt.Sprintf(`coordinator_version_info{commit=%q,version=%q} 0`, c, v)
+	deadline := time.Now().Add(20 * time.Second)
+	var body []byte
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if bytes.Contains(body, []byte("coordinator_version_info")) {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !bytes.Contains(body, []byte(want)) {
+		t.Errorf("metrics lack %s:\n%s", want, body)
 	}
 }

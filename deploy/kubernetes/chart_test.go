@@ -266,9 +266,6 @@ func TestChartHA(t *testing.T) {
 	if got := get(r.sts, "spec", "replicas"); got != 3.0 {
 		t.Errorf("replicas %v, want 3", got)
 	}
-	if vct := list(r.sts, "spec", "volumeClaimTemplates"); len(vct) != 0 {
-		t.Errorf("volumeClaimTemplates with etcd: %v", vct)
-	}
 	want := map[string]string{"QUARRY_STORE": "etcd", "QUARRY_ETCD_ENDPOINTS": "https://etcd-0.etcd:2379,https://etcd-1.etcd:2379",
 		"QUARRY_ETCD_PREFIX": "/quarry/", "QUARRY_INSECURE_PEER_TRUST": "1",
 		"QUARRY_ETCD_COMPACTION": "1", "QUARRY_ETCD_COMPACTION_RETENTION": "30s",
@@ -304,23 +301,19 @@ func TestChartHA(t *testing.T) {
 			t.Errorf("%s = %s is not in the Secret mounted at %s", k, r.env[k], r.mounts["etcd-tls"])
 		}
 	}
-	// The seal directory is still writable (read-only root file system).
-	if get(vols["seal"], "emptyDir") == nil || r.mounts["seal"] != r.cfg.SealDir {
-		t.Errorf("seal volume %v mounted at %q, seal directory %q", vols["seal"], r.mounts["seal"], r.cfg.SealDir)
-	}
 	// Without endpoints: a clear refusal.
-	if _, err := helm(t, "template", "x", chartDir, "--set", "ha.enabled=true"); err == nil || !strings.Contains(err.Error(), "ha.etcd.endpoints") {
+	if _, err := helm(t, "template", "x", chartDir, "--set", "ha.enabled=true"); err == nil || !strings.Contains(err.Error(), "/ha/etcd/endpoints") {
 		t.Errorf("ha.enabled without endpoints: %v", err)
 	}
 	// In simulation without ha.insecurePeerTrust: refused, since the
 	// Coordinator would refuse to start (the data key would lie in etcd).
 	_, err := helm(t, "template", "x", chartDir, "--set", "ha.enabled=true", "--set", "ha.etcd.endpoints={https://etcd-0.etcd:2379}")
-	if err == nil || !strings.Contains(err.Error(), "ha.insecurePeerTrust") {
+	if err == nil || !strings.Contains(err.Error(), "/ha/insecurePeerTrust") {
 		t.Errorf("ha.enabled in simulation without insecurePeerTrust: %v", err)
 	}
 	// In an enclave the setting is not needed.
 	if _, err := helm(t, "template", "x", chartDir, "--set", "ha.enabled=true", "--set", "ha.etcd.endpoints={https://etcd-0.etcd:2379}",
-		"--set", "coordinator.attestation=gramine"); err != nil {
+		"--set", "coordinator.attestation=gramine", "--set", "image.variant=gramine"); err != nil {
 		t.Errorf("ha.enabled under gramine: %v", err)
 	}
 }

@@ -7,10 +7,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
+	"github.com/quarry-cc/quarry/internal/buildinfo"
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/metrics"
 	"github.com/quarry-cc/quarry/internal/server/rest"
@@ -84,20 +84,10 @@ func (a *App) checkSealDir(context.Context) error {
 	return nil
 }
 
-// buildVersion returns the module version and VCS revision of the binary.
+// buildVersion returns the stamped (or module) version and the commit of
+// the binary.
 func buildVersion() (version, commit string) {
-	version = "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				commit = s.Value
-			}
-		}
-	}
-	return version, commit
+	return buildinfo.Version(), buildinfo.Commit()
 }
 
 // restMetrics returns the Client API's request recorder (nil without

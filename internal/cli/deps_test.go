@@ -20,7 +20,7 @@ func TestDependencies(t *testing.T) {
 			continue
 		}
 		switch {
-		case rel == "internal/cli", rel == "client", rel == "manifest", strings.HasPrefix(rel, "api/"), rel == "internal/attest", strings.HasPrefix(rel, "internal/attest/"):
+		case rel == "internal/cli", rel == "internal/buildinfo", rel == "client", rel == "manifest", strings.HasPrefix(rel, "api/"), rel == "internal/attest", strings.HasPrefix(rel, "internal/attest/"):
 		default:
 			t.Errorf("internal/cli depends on %s", pkg)
 		}

@@ -3,9 +3,10 @@ package cli
 import (
 	"fmt"
 	"runtime"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/quarry-cc/quarry/internal/buildinfo"
 )
 
 func (a *app) statusCommand() *cobra.Command {
@@ -48,18 +49,8 @@ type versionInfo struct {
 }
 
 func buildVersion() versionInfo {
-	v := versionInfo{Version: "(devel)", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, ClientAPI: "/api/v2"}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			v.Version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				v.Revision = s.Value
-			}
-		}
-	}
-	return v
+	return versionInfo{Version: buildinfo.Version(), Revision: buildinfo.Commit(), GoVersion: runtime.Version(),
+		Platform: runtime.GOOS + "/" + runtime.GOARCH, ClientAPI: "/api/v2"}
 }
 
 func (a *app) versionCommand() *cobra.Command {

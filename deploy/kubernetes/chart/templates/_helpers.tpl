@@ -53,3 +53,21 @@ app.kubernetes.io/component: coordinator
 {{- define "quarry.managedEnv" -}}
 EDG_COORDINATOR_CLIENT_ADDR EDG_COORDINATOR_MESH_ADDR EDG_COORDINATOR_PROMETHEUS_ADDR EDG_COORDINATOR_DNS_NAMES EDG_COORDINATOR_SEAL_DIR EDG_DEBUG_LOGGING EDG_COORDINATOR_DEV_MODE QUARRY_ATTESTATION QUARRY_STORE QUARRY_ETCD_ENDPOINTS QUARRY_ETCD_PREFIX QUARRY_ETCD_CA QUARRY_ETCD_CERT QUARRY_ETCD_KEY QUARRY_INSECURE_PEER_TRUST QUARRY_PEER_ADDR QUARRY_PEER_ADVERTISE_ADDR QUARRY_ETCD_COMPACTION QUARRY_ETCD_COMPACTION_RETENTION POD_IP
 {{- end }}
+
+{{/* The Marble injector's name and labels. */}}
+{{- define "quarry.injectorName" -}}
+{{- printf "%s-injector" (include "quarry.fullname" .) }}
+{{- end }}
+
+{{- define "quarry.injectorSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "quarry.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: marble-injector
+{{- end }}
+
+{{- define "quarry.injectorLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "quarry.injectorSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
