@@ -120,7 +120,7 @@ func (f *fakeSource) PendingUpdate(context.Context) (core.PendingUpdate, error) 
 }
 
 func (f *fakeSource) ActivationEvents() ([]core.ActivationEvent, uint64) { return f.events, f.dropped }
-func (f *fakeSource) RecoverySharesAccepted() (int, int)                { return f.accepted, f.needed }
+func (f *fakeSource) RecoverySharesAccepted() (int, int)                 { return f.accepted, f.needed }
 
 // The secret material a manifest may carry: it must never be shown.
 var (
