@@ -108,6 +108,7 @@ type pending struct {
 }
 
 type overview struct {
+	Running             bool
 	Message             string
 	Step                nextStep
 	Fingerprint         string
@@ -128,7 +129,7 @@ type overview struct {
 
 func (h *handler) overview(ctx context.Context, st core.State) (overview, error) {
 	acc, need := h.src.RecoverySharesAccepted()
-	o := overview{Message: st.Message(), Needed: need, Missing: max(need-acc, 0)}
+	o := overview{Running: st == core.StateAcceptingMarbles, Message: st.Message(), Needed: need, Missing: max(need-acc, 0)}
 	o.Step = stepFor(st, o.Missing)
 	certs, quote, err := h.chain(ctx)
 	if err != nil {
