@@ -298,6 +298,11 @@ func (b *browser) checkAllPages(hc *http.Client, prefix string) {
 	for _, p := range consolePages[1:] {
 		b.run("clicking "+p, chromedp.Click(chromedp.CSS(fmt.Sprintf(`nav a[href=%q]`, p))),
 			chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`nav a[href=%q][aria-current="page"]`, p))))
+		// The click's page is there; wait until it has loaded (its
+		// stylesheet and script) before checking it.
+		if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](`document.readyState === "complete"`, chromedp.WithPollingInterval(20*time.Millisecond))); err != nil {
+			b.t.Fatalf("waiting for %s to load: %v", p, err)
+		}
 		if path := evalAs[string](b, `location.pathname`); path != p {
 			b.t.Errorf("clicking %s went to %s", p, path)
 		}
@@ -377,6 +382,7 @@ func (b *browser) checkOverviewChain(t *testing.T, c *coordinator) {
 
 // TestConsoleAcceptingManifest: state 2, fresh.
 func TestConsoleAcceptingManifest(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	_, root := apiChain(t, c)
 	b := newBrowser(t, c, root)
@@ -390,6 +396,21 @@ func TestConsoleAcceptingManifest(t *testing.T) {
 	}
 	b.checkAllPages(c.client(root, nil), "state2")
 
+	// The checks above see a violation: an inline script added to a page
+	// does not run, and both the page's report and the console's error
+	// reach the test.
+	b.open("/console/")
+	ran := evalAs[bool](b, `(function(){ const s = document.createElement("script"); s.textContent = "window.__ran = true"; document.head.appendChild(s); return window.__ran === true; })()`)
+	if ran {
+		t.Error("an inline script ran despite the Content-Security-Policy")
+	}
+	if csp := evalAs[[]string](b, `window.__csp`); len(csp) == 0 || !strings.HasPrefix(csp[0], "script-src") {
+		t.Errorf("the blocked inline script was not reported as a CSP violation: %v", csp)
+	}
+	if p := b.takeProblems(); len(p) == 0 {
+		t.Error("the blocked inline script left no console error")
+	}
+
 	// --console=0: the console is gone, the API is not.
 	off := startCoordinator(t, "", "QUARRY_CONSOLE=0")
 	r := do(t, off.client(nil, nil), http.MethodGet, off.url("/console/"), nil)
@@ -401,6 +422,7 @@ func TestConsoleAcceptingManifest(t *testing.T) {
 
 // TestConsoleRecovery: state 1 with one of two recovery secrets uploaded.
 func TestConsoleRecovery(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetup(t, 2, 0)
 	s.breakKey(t)
 	r := postRecover(t, s.c, s.secrets["key1"], sign(t, s.keys["key1"], s.secrets["key1"]))
@@ -427,6 +449,7 @@ func TestConsoleRecovery(t *testing.T) {
 // TestConsoleRunningWithPendingUpdate: state 3 with activations and
 // refusals, then a manifest update waiting for one acknowledgement.
 func TestConsoleRunningWithPendingUpdate(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "", envMetrics)
 	f := newFixture(t)
 	keys := recoveryKeys(t, 2)
@@ -626,6 +649,7 @@ func TestConsoleRunningWithPendingUpdate(t *testing.T) {
 // TestConsoleHAPair: two instances on one etcd; the console of the one
 // that did not set the manifest shows the shared state and the store.
 func TestConsoleHAPair(t *testing.T) {
+	t.Parallel()
 	cluster := etcdtest.Start(t, 1)
 	env := haEnv(cluster.Endpoints(), newPrefix())
 	a, b2 := startCoordinator(t, "", env...), startCoordinator(t, "", env...)
