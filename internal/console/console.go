@@ -20,9 +20,11 @@ import (
 	"io/fs"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/core"
+	"github.com/quarry-cc/quarry/manifest"
 )
 
 // Path is where the console is mounted on the Client API. It is not part of
@@ -99,6 +101,28 @@ type handler struct {
 	opts  Options
 	pages map[string]*template.Template
 	files http.Handler
+	// parsed is the last manifest parsed, by fingerprint: the manifest
+	// changes rarely and parsing a large one is most of a page's cost.
+	parsed atomic.Pointer[parsedManifest]
+}
+
+type parsedManifest struct {
+	fingerprint string
+	m           *manifest.Manifest
+}
+
+// manifest returns the current manifest parsed (it was validated when it
+// was set, so ParseStored applies).
+func (h *handler) manifest(mr core.ManifestResult) (*manifest.Manifest, error) {
+	if p := h.parsed.Load(); p != nil && p.fingerprint == mr.Fingerprint {
+		return p.m, nil
+	}
+	m, err := manifest.ParseStored(mr.Raw)
+	if err != nil {
+		return nil, err
+	}
+	h.parsed.Store(&parsedManifest{fingerprint: mr.Fingerprint, m: m})
+	return m, nil
 }
 
 // New returns the console's handler; it expects requests whose path starts

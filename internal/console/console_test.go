@@ -482,3 +482,19 @@ func TestReadOnlyAndUnknownPaths(t *testing.T) {
 		}
 	}
 }
+
+func TestManifestChangeIsShown(t *testing.T) {
+	f := newFake(t, core.StateAcceptingMarbles)
+	f.raw = testManifest(t, 2)
+	h := New(f, Options{})
+	if body := get(t, h, http.MethodGet, "/console/deployment").body; !strings.Contains(body, "2 Marble types") {
+		t.Fatalf("deployment of 2 types:\n%s", body)
+	}
+	f.raw = testManifest(t, 3) // an update applied: a new fingerprint
+	if body := get(t, h, http.MethodGet, "/console/deployment").body; !strings.Contains(body, "3 Marble types") {
+		t.Errorf("the deployment page still shows the old manifest")
+	}
+	if body := get(t, h, http.MethodGet, "/console/").body; !strings.Contains(body, `<dd id="marble-types">3</dd>`) {
+		t.Errorf("the overview still counts the old manifest's types")
+	}
+}

@@ -147,7 +147,7 @@ func (h *handler) overview(ctx context.Context, st core.State) (overview, error)
 	if st == core.StateAcceptingMarbles {
 		if m, err := h.src.Manifest(); err == nil {
 			o.Fingerprint = m.Fingerprint
-			if pm, err := manifest.ParseStored(m.Raw); err == nil {
+			if pm, err := h.manifest(m); err == nil {
 				o.MarbleTypes = len(pm.Marbles)
 			}
 		}
@@ -281,7 +281,7 @@ func (h *handler) deployment(st core.State) (deployment, error) {
 	if err != nil {
 		return deployment{Reason: "The manifest cannot be read: " + err.Error()}, nil
 	}
-	m, err := manifest.ParseStored(mr.Raw)
+	m, err := h.manifest(mr)
 	if err != nil {
 		return deployment{}, fmt.Errorf("the stored manifest does not parse: %w", err)
 	}
