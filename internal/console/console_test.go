@@ -41,6 +41,8 @@ type fakeSource struct {
 	dropped    uint64
 	accepted   int
 	needed     int
+	logErr     error // UpdateLogPage fails with it
+	pendingErr error // PendingUpdate fails with it
 }
 
 func newFake(t testing.TB, state core.State) *fakeSource {
@@ -104,6 +106,9 @@ func (f *fakeSource) UpdateLogPage(_ context.Context, after, limit uint64) (core
 	if f.state != core.StateAcceptingMarbles {
 		return core.LogPage{}, &core.WrongStateError{State: f.state, Op: "read the log"}
 	}
+	if f.logErr != nil {
+		return core.LogPage{}, f.logErr
+	}
 	end := min(after+limit, uint64(len(f.records)))
 	p := core.LogPage{Records: f.records[after:end], Checkpoint: f.checkpoint}
 	if after > 0 {
@@ -113,6 +118,9 @@ func (f *fakeSource) UpdateLogPage(_ context.Context, after, limit uint64) (core
 }
 
 func (f *fakeSource) PendingUpdate(context.Context) (core.PendingUpdate, error) {
+	if f.pendingErr != nil {
+		return core.PendingUpdate{}, f.pendingErr
+	}
 	if f.pending == nil {
 		return core.PendingUpdate{}, fmt.Errorf("%w: no update in progress", core.ErrNotFound)
 	}
@@ -496,5 +504,27 @@ func TestManifestChangeIsShown(t *testing.T) {
 	}
 	if body := get(t, h, http.MethodGet, "/console/").body; !strings.Contains(body, `<dd id="marble-types">3</dd>`) {
 		t.Errorf("the overview still counts the old manifest's types")
+	}
+}
+
+func TestReadFailuresAreNamed(t *testing.T) {
+	f := newFake(t, core.StateAcceptingMarbles)
+	f.raw = testManifest(t, 1)
+	f.logErr = fmt.Errorf("%w: segment 3 could not be read", core.ErrStoreUnavailable)
+	f.pendingErr = core.ErrStoreUnavailable
+	h := New(f, Options{})
+	r := get(t, h, http.MethodGet, "/console/history")
+	if r.code != http.StatusInternalServerError || !strings.Contains(r.body, "could not read the Coordinator") || !strings.Contains(r.body, "segment 3") {
+		t.Errorf("history with an unreadable log: %d %q", r.code, r.body)
+	}
+	r = get(t, h, http.MethodGet, "/console/")
+	if r.code != http.StatusOK || !strings.Contains(r.body, "The pending update could not be read") {
+		t.Errorf("overview with an unreadable pending update: %d", r.code)
+	}
+	f.raw = []byte("null")
+	f.pendingErr = nil
+	r = get(t, New(f, Options{}), http.MethodGet, "/console/deployment")
+	if r.code != http.StatusInternalServerError || !strings.Contains(r.body, "the stored manifest does not parse") {
+		t.Errorf("deployment of a manifest that does not parse: %d %q", r.code, r.body)
 	}
 }
