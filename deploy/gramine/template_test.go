@@ -88,6 +88,9 @@ var envPolicy = map[string]envRule{
 	"QUARRY_MESH_MAX_CONNECTIONS_PER_SOURCE": {kind: passthrough},
 	"QUARRY_METRICS_MARBLE_UUID_LABEL":       {kind: passthrough},
 	"QUARRY_READY_IN_RECOVERY":               {kind: passthrough},
+	// The console shows only what the Client API shows without a client
+	// certificate: the host may turn it off (or on) without harm.
+	"QUARRY_CONSOLE": {kind: passthrough},
 	// Never from the host.
 	"QUARRY_SGX_ROOT_CA":    {kind: absent},
 	"QUARRY_TSM_REPORT_DIR": {kind: absent},

@@ -470,6 +470,7 @@ func (a *App) goLive(ctx context.Context, g *gate, mesh *marbleapi.Server, so se
 		Logger:           a.log,
 		Metrics:          a.restMetrics(),
 		Readiness:        a.probe,
+		Console:          a.consoleHandler(), // console.go
 
 		// Bodies keep a minimum rate and arrive within the read timeout;
 		// requests in progress are bounded per source like connections.

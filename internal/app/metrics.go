@@ -11,18 +11,22 @@ import (
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/buildinfo"
+	"github.com/quarry-cc/quarry/internal/console"
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/metrics"
 	"github.com/quarry-cc/quarry/internal/server/rest"
 )
 
 // metricsHooks forwards the core's hooks to the metrics once they exist
-// (the metrics read the core, so they are made after it).
+// (the metrics read the core, so they are made after it), and counts the
+// activations for the console.
 type metricsHooks struct {
-	m atomic.Pointer[metrics.Metrics]
+	m      atomic.Pointer[metrics.Metrics]
+	counts console.Counts
 }
 
 func (h *metricsHooks) onActivation(a core.ActivationAttempt) {
+	h.counts.OnActivation(a)
 	if m := h.m.Load(); m != nil {
 		m.OnActivation(a)
 	}

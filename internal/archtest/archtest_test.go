@@ -147,3 +147,30 @@ func TestEnvironmentReadOnlyAtTheTop(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestConsoleReadsOnlyTheUseCases checks that the operator console
+// (internal/console) reaches the Coordinator only through the core's use
+// cases, as the REST handlers do: of the module it imports the core, the
+// manifest's types and the update log's chain rules, nothing that holds or
+// makes a secret or a key, and no server, store, app or configuration.
+func TestConsoleReadsOnlyTheUseCases(t *testing.T) {
+	const pkg = "internal/console"
+	allowed := map[string]bool{module + "/internal/core": true, module + "/manifest": true, module + "/api/logchain": true}
+	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/"+pkg).Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", pkg, err)
+	}
+	for _, imp := range strings.Fields(string(out)) {
+		if strings.HasPrefix(imp, module+"/") && !allowed[imp] {
+			t.Errorf("%s imports %s; it may import only %v", pkg, imp, allowed)
+		}
+		if !strings.Contains(strings.SplitN(imp, "/", 2)[0], ".") {
+			continue // the standard library
+		}
+		if !strings.HasPrefix(imp, module+"/") {
+			t.Errorf("%s imports %s from outside the module", pkg, imp)
+		}
+	}
+	forbid(t, pkg, module+"/internal/app", module+"/internal/server", module+"/internal/store/filestore",
+		module+"/internal/store/memstore", module+"/internal/store/etcdstore", module+"/internal/config", "net/http/pprof")
+}

@@ -155,6 +155,9 @@ type Config struct {
 	// mode (state 1), so that a load balancer keeps routing the recovery
 	// requests to the Coordinator.
 	ReadyInRecovery bool
+	// Console serves the read-only operator console at /console/ on the
+	// Client API (docs/console.md).
+	Console bool
 
 	// Attestation is AttestationSimulation, AttestationGramine or
 	// AttestationAuto. OE_SIMULATION=1 turns auto into simulation.
@@ -270,6 +273,9 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 	readyInRecovery := env("QUARRY_READY_IN_RECOVERY", "0")
 	fs.Var((*switchFlag)(&readyInRecovery), "ready-in-recovery",
 		"answer the readiness probes (/readyz, /api/v2/readyz) with 200 in recovery mode too, so that a load balancer keeps sending the recovery requests (--ready-in-recovery, or =1 / =0); off: 503 in recovery mode [QUARRY_READY_IN_RECOVERY]")
+	console := env("QUARRY_CONSOLE", "1")
+	fs.Var((*switchFlag)(&console), "console",
+		"serve the read-only operator console at https://ADDRESS/console/ on the Client API: state, manifest, certificates, update log and activation counts, what the API shows without a client certificate and never a secret value (--console=0 turns it off; then /console/ answers 404) [QUARRY_CONSOLE]")
 	fs.StringVar(&c.Attestation, "attestation", env("QUARRY_ATTESTATION", AttestationSimulation),
 		"how the Coordinator obtains its quotes: simulation (none: quote null), gramine (/dev/attestation), tdx (configfs-tsm in a TDX guest), or auto (gramine when its attestation type is dcap, else tdx when configfs-tsm has the tdx_guest provider, else simulation); OE_SIMULATION=1 means simulation [QUARRY_ATTESTATION]")
 	c.TSMReportDir = env("QUARRY_TSM_REPORT_DIR", DefaultTSMReportDir)
@@ -372,6 +378,9 @@ func Load(getenv func(string) string, args []string, out io.Writer) (Config, err
 		errs = append(errs, err)
 	}
 	if c.ReadyInRecovery, err = parseBool("ready-in-recovery", "QUARRY_READY_IN_RECOVERY", readyInRecovery); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Console, err = parseBool("console", "QUARRY_CONSOLE", console); err != nil {
 		errs = append(errs, err)
 	}
 	if c.OESimulation, err = parseBool("OE_SIMULATION", "OE_SIMULATION", oeSimulation); err != nil {

@@ -39,6 +39,7 @@ func TestDefaults(t *testing.T) {
 		MaxSecrets:          10_000,
 		MaxSecretGeneration: 60 * time.Second,
 		ActivationEvents:    10_000,
+		Console:             true,
 
 		MaxCountersPerMarble: 64,
 		MaxCounterName:       128,
@@ -120,6 +121,7 @@ func TestInvalid(t *testing.T) {
 		{"negative max secret generation", nil, []string{"--max-secret-generation", "-1s"}, "max-secret-generation"},
 		{"huge max secret generation", nil, []string{"--max-secret-generation", "2h"}, "max-secret-generation"},
 		{"bad activation events", map[string]string{"QUARRY_ACTIVATION_EVENTS": "lots"}, nil, "activation-events [QUARRY_ACTIVATION_EVENTS]"},
+		{"bad console switch", map[string]string{"QUARRY_CONSOLE": "maybe"}, nil, "console [QUARRY_CONSOLE]"},
 		{"negative activation events", nil, []string{"--activation-events", "-1"}, "activation-events [QUARRY_ACTIVATION_EVENTS]"},
 		{"huge activation events", nil, []string{"--activation-events", "100001"}, "activation-events [QUARRY_ACTIVATION_EVENTS]"},
 		{"bad max counters per marble", map[string]string{"QUARRY_MAX_COUNTERS_PER_MARBLE": "some"}, nil, "max-counters-per-marble [QUARRY_MAX_COUNTERS_PER_MARBLE]"},
@@ -203,7 +205,7 @@ func TestHelp(t *testing.T) {
 		"-max-secrets", "QUARRY_MAX_SECRETS", "-max-secret-generation", "QUARRY_MAX_SECRET_GENERATION",
 		"-activation-events", "QUARRY_ACTIVATION_EVENTS", "where Marbles are activated",
 		"-max-counters-per-marble", "QUARRY_MAX_COUNTERS_PER_MARBLE", "-max-counter-name", "QUARRY_MAX_COUNTER_NAME",
-		"-max-counters", "QUARRY_MAX_COUNTERS", "never deleted"} {
+		"-max-counters", "QUARRY_MAX_COUNTERS", "never deleted", "-console", "QUARRY_CONSOLE"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %s", want)
 		}
@@ -218,6 +220,10 @@ func TestHardeningSettings(t *testing.T) {
 		want func(Config) bool
 	}{
 		{"v1 recover off by default", nil, nil, func(c Config) bool { return !c.EnableV1Recover }},
+		{"console on by default", nil, nil, func(c Config) bool { return c.Console }},
+		{"console off from the environment", map[string]string{"QUARRY_CONSOLE": "0"}, nil, func(c Config) bool { return !c.Console }},
+		{"console flag wins", map[string]string{"QUARRY_CONSOLE": "0"}, []string{"--console"}, func(c Config) bool { return c.Console }},
+		{"console flag off", nil, []string{"--console=false"}, func(c Config) bool { return !c.Console }},
 		{"v1 recover from the environment", map[string]string{"QUARRY_ENABLE_V1_RECOVER": "1"}, nil, func(c Config) bool { return c.EnableV1Recover }},
 		{"v1 recover flag wins", map[string]string{"QUARRY_ENABLE_V1_RECOVER": "1"}, []string{"--enable-v1-recover=0"}, func(c Config) bool { return !c.EnableV1Recover }},
 		{"v1 recover flag alone", nil, []string{"--enable-v1-recover"}, func(c Config) bool { return c.EnableV1Recover }},

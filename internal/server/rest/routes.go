@@ -96,7 +96,18 @@ type Options struct {
 	// Readiness answers GET /api/v2/readyz (nil: ready whatever the
 	// state).
 	Readiness Readiness
+	// Console, if set, serves the operator console under ConsolePath
+	// (internal/console); nil: those paths are unknown like any other.
+	Console http.Handler
 }
+
+// ConsolePath is where Options.Console is mounted.
+const ConsolePath = "/console/"
+
+// NotAPIPaths are served on the Client API's listener but are not part
+// of the API (HTML for browsers, not JSend): the API's description and
+// its route checks leave them out.
+var NotAPIPaths = []string{ConsolePath}
 
 // Body limits of requests that are not manifests.
 const (
@@ -199,6 +210,9 @@ func newServer(c Coordinator, opts Options) (http.Handler, *server) {
 			}
 			rend.write(w, r, data, err)
 		})
+	}
+	if opts.Console != nil {
+		mux.Handle(ConsolePath, opts.Console) // /console redirects here
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		// The escaped path: /api/v2%2Fstatus is not /api/v2/status.
