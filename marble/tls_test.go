@@ -208,32 +208,53 @@ func TestMarbleTypeExtension(t *testing.T) {
 }
 
 // handshake runs a TLS handshake between a server and a client
-// configuration over a pipe and returns each side's error and the
+// configuration over loopback TCP and returns each side's error and the
 // server's and client's view of the connection.
 func handshake(t *testing.T, server, client *tls.Config, serverName string) (serr, cerr error, scs, ccs tls.ConnectionState) {
 	t.Helper()
-	c1, c2 := net.Pipe()
-	client = client.Clone()
-	client.ServerName = serverName
-	sc, cc := tls.Server(c1, server), tls.Client(c2, client)
-	done := make(chan error, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type result struct {
+		err error
+		cs  tls.ConnectionState
+	}
+	done := make(chan result, 1)
 	go func() {
-		err := sc.Handshake()
+		c, err := ln.Accept()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		sc := tls.Server(c, server)
+		err = sc.Handshake()
 		if err == nil {
-			// TLS 1.3: the client's certificate is checked after the
-			// client's handshake ends; read to see the result.
+			// TLS 1.3: the server checks the client's certificate
+			// after the client's handshake ended; read to see it.
 			_, err = sc.Read(make([]byte, 1))
 		}
-		sc.Close()
-		done <- err
+		done <- result{err, sc.ConnectionState()}
 	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.SetDeadline(time.Now().Add(10 * time.Second))
+	client = client.Clone()
+	client.ServerName = serverName
+	cc := tls.Client(raw, client)
 	cerr = cc.Handshake()
 	if cerr == nil {
 		_, _ = cc.Write([]byte{1})
 	}
+	ccs = cc.ConnectionState()
+	r := <-done
 	cc.Close()
-	serr = <-done
-	return serr, cerr, sc.ConnectionState(), cc.ConnectionState()
+	return r.err, cerr, r.cs, ccs
 }
 
 func TestTLSConfigs(t *testing.T) {
@@ -271,17 +292,17 @@ func TestTLSConfigs(t *testing.T) {
 		server, client *tls.Config
 		host           string
 		serverErr      error // matched with errors.Is, if set
-		clientFails    bool
+		clientFails    bool  // the server's certificate is wrong; else the client's
 	}{
 		"client of another type":              {back.ServerTLSConfig("frontend"), back.ClientTLSConfig(), "backend.example", marble.ErrPeerType, false},
 		"server of another type":              {front.ServerTLSConfig(), back.ClientTLSConfig("backend"), "127.0.0.1", nil, true},
-		"client of another Coordinator":       {back.ServerTLSConfig(), other.ClientTLSConfig(), "backend.example", nil, true},
+		"client of another Coordinator":       {back.ServerTLSConfig(), other.ClientTLSConfig(), "backend.example", nil, false},
 		"server of another Coordinator":       {other.ServerTLSConfig(), back.ClientTLSConfig(), "frontend.example", nil, true},
 		"client with a certificate secret":    {back.ServerTLSConfig(), secretCreds.ClientTLSConfig(), "backend.example", marble.ErrNotMarbleCert, false},
 		"server with a certificate secret":    {secretCreds.ServerTLSConfig(), back.ClientTLSConfig(), "localhost", nil, true},
 		"server name not in the certificate":  {back.ServerTLSConfig(), front.ClientTLSConfig(), "evil.example", nil, true},
-		"client activated after an update":    {back.ServerTLSConfig(), afterUpdate.ClientTLSConfig(), "backend.example", nil, true},
-		"client without a certificate at all": {back.ServerTLSConfig(), &tls.Config{RootCAs: back.ClientTLSConfig().RootCAs}, "backend.example", nil, true},
+		"client activated after an update":    {back.ServerTLSConfig(), afterUpdate.ClientTLSConfig(), "backend.example", nil, false},
+		"client without a certificate at all": {back.ServerTLSConfig(), &tls.Config{RootCAs: back.ClientTLSConfig().RootCAs}, "backend.example", nil, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			serr, cerr, _, _ := handshake(t, tc.server, tc.client, tc.host)
@@ -293,6 +314,9 @@ func TestTLSConfigs(t *testing.T) {
 			}
 			if tc.clientFails && cerr == nil {
 				t.Errorf("the client accepted the server (server error %v)", serr)
+			}
+			if !tc.clientFails && serr == nil {
+				t.Errorf("the server accepted the client (client error %v)", cerr)
 			}
 		})
 	}
