@@ -27,6 +27,16 @@
 // and writes absolute paths only beneath the file roots: by default "/"
 // (every absolute path) for a pinned Marble and none for an unpinned one.
 //
+// After the activation, (*Parameters).Credentials (or CredentialsFromEnv
+// in a program that quarry-premain started) gives the Marble's TLS
+// credentials: ServerTLSConfig and ClientTLSConfig for mutual TLS with
+// other Marbles, verified against the Marble Root and optionally
+// restricted to Marble types; MarbleType and PeerMarbleType read a
+// certificate's Marble type; MonotonicCounter and ReadMonotonicCounter use
+// the Coordinator's counter. IsRefused and IsMaxActivations classify an
+// activation error without gRPC codes. docs/marbles.md walks through two
+// Marbles and is the reference for the manifest's templates.
+//
 // The package does not log; every failure is a returned error.
 package marble
 
