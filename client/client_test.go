@@ -558,3 +558,29 @@ func TestBusyAnswer(t *testing.T) {
 		t.Fatalf("500 counts as unavailable: %v", err)
 	}
 }
+
+// TestMonotonicCounter: the request the SDK sends for the counter, the
+// previous value it returns, and the Coordinator's refusals as *Error.
+func TestMonotonicCounter(t *testing.T) {
+	f := newFake(t)
+	f.handle("POST /api/v2/monotonic-counter", success(map[string]uint64{"value": 41}))
+	c := pinned(t, f)
+	got, err := c.MonotonicCounter(context.Background(), "requests", 42)
+	if err != nil || got != 41 {
+		t.Fatalf("MonotonicCounter = %d, %v; want 41", got, err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(f.last().Body, &body); err != nil || body["name"] != "requests" || body["value"] != float64(42) || len(body) != 2 {
+		t.Errorf("request body %s, want {\"name\":\"requests\",\"value\":42}", f.last().Body)
+	}
+
+	f.handle("POST /api/v2/monotonic-counter", failure(http.StatusForbidden, "MonotonicCounter feature is not enabled in the manifest", nil))
+	_, err = c.MonotonicCounter(context.Background(), "requests", 1)
+	if e, ok := client.AsError(err); !client.IsForbidden(err) || !ok || e.Message != "MonotonicCounter feature is not enabled in the manifest" {
+		t.Errorf("disabled gate: %v, want 403 with the Coordinator's message", err)
+	}
+	n := f.total()
+	if _, err := c.MonotonicCounter(context.Background(), "", 1); err == nil || f.total() != n {
+		t.Errorf("empty name: %v, %d requests sent; want an error and none", err, f.total()-n)
+	}
+}

@@ -251,3 +251,24 @@ func (c *Client) SignQuote(ctx context.Context, quote []byte) (*v2.SignQuoteResp
 	}
 	return &out, nil
 }
+
+// MonotonicCounter raises the calling Marble's counter name to value (POST
+// /api/v2/monotonic-counter) and returns its previous value, 0 for a new
+// counter. A counter never decreases: a value not larger than the current
+// one changes nothing and returns the current value, so value 0 reads the
+// counter without creating it. The Client must present a Marble
+// certificate (WithClientCertificate with the leaf of
+// MARBLE_PREDEFINED_MARBLE_CERTIFICATE_CHAIN and MARBLE_PREDEFINED_PRIVATE_KEY;
+// ErrUnauthorized otherwise) and the manifest must enable the
+// MonotonicCounter feature gate (ErrForbidden otherwise). Marbles written
+// in Go can use marble.Credentials.MonotonicCounter instead.
+func (c *Client) MonotonicCounter(ctx context.Context, name string, value uint64) (uint64, error) {
+	if name == "" {
+		return 0, errors.New("client: MonotonicCounter: empty counter name")
+	}
+	var out v2.MonotonicCounterResponse
+	if _, err := c.do(ctx, http.MethodPost, v2.PathMonotonicCounter, nil, v2.MonotonicCounterRequest{Name: name, Value: value}, &out); err != nil {
+		return 0, err
+	}
+	return out.Value, nil
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"text/template"
@@ -200,7 +201,7 @@ func (r *renderer) execute(name, text string, funcs template.FuncMap) ([]byte, b
 	}
 	t, err := t.Parse(text)
 	if err != nil {
-		return nil, false, err
+		return nil, false, explainUndefined(err, funcs)
 	}
 	if r.defined != nil {
 		if err := checkReferences(t.Tree, r.defined); err != nil {
@@ -321,4 +322,37 @@ func encodeString(v any) (string, error) {
 		return "", errStringNUL
 	}
 	return string(s.Public), nil
+}
+
+// encodingFuncs are the template functions of docs/marbles.md by where
+// they are allowed.
+var (
+	fileEncodings = []string{"pem", "raw", "hex", "base64"}
+	envEncodings  = []string{"pem", "string", "hex", "base64"}
+)
+
+// undefinedFunc matches text/template's parse error for a function that
+// is not in the template's function map.
+var undefinedFunc = regexp.MustCompile(`function "([^"]*)" not defined$`)
+
+// explainUndefined adds to a parse error for an undefined function which
+// functions the entry (a File or an Env variable) allows instead.
+func explainUndefined(err error, funcs template.FuncMap) error {
+	m := undefinedFunc.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	allowed, where := fileEncodings, "Files"
+	if _, ok := funcs["string"]; ok {
+		allowed, where = envEncodings, "Env"
+	}
+	hint := ""
+	switch m[1] {
+	case "raw":
+		hint = `; for a plain secret in Env use "string"`
+	case "string":
+		hint = `; for a secret's bytes in Files use "raw"`
+	}
+	return fmt.Errorf("%w (%s allow %s, and print, printf, println, html, js, urlquery, len, index, slice and the other built-ins of Go's text/template%s; see docs/marbles.md)",
+		err, where, strings.Join(allowed, ", "), hint)
 }

@@ -306,7 +306,7 @@ func TestValidateRules(t *testing.T) {
 			`in Marble frontend: file /s: template: /s:1: unclosed action`, stageTemplateDryRun},
 		{"31 raw is not defined for env", func(m *Manifest) { setEnv(m, "frontend", "RAW", File{Data: "{{raw .Secrets.userKey}}"}) },
 			"Marbles", "frontend", "Parameters.Env.RAW",
-			`in Marble frontend: env variable RAW: template: RAW:1: function "raw" not defined`, stageTemplateDryRun},
+			`in Marble frontend: env variable RAW: template: RAW:1: function "raw" not defined (Env allow pem, string, hex, base64, and print, printf, println, html, js, urlquery, len, index, slice and the other built-ins of Go's text/template; for a plain secret in Env use "string"; see docs/marbles.md)`, stageTemplateDryRun},
 		{"31 string of a non-plain secret", func(m *Manifest) { setEnv(m, "frontend", "KEY", File{Data: "{{string .Secrets.userKey}}"}) },
 			"Marbles", "frontend", "Parameters.Env.KEY",
 			`in Marble frontend: env variable KEY: template: KEY:1:2: executing "KEY" at <string .Secrets.userKey>: error calling string: only secrets of type plain are allowed to use string encoding for environment variables`, stageTemplateDryRun},

@@ -199,6 +199,7 @@ func Activate(ctx context.Context, opts Options) (*Parameters, error) {
 	for attempt := 1; ; attempt++ {
 		params, err := activateOnce(ctx, opts, pin, clientCert, req)
 		if err == nil {
+			params.UUID = id
 			params.FileRoots = slices.Clone(opts.FileRoots)
 			if len(params.FileRoots) == 0 && pin != nil {
 				params.FileRoots = []string{"/"}

@@ -27,6 +27,16 @@
 // and writes absolute paths only beneath the file roots: by default "/"
 // (every absolute path) for a pinned Marble and none for an unpinned one.
 //
+// After the activation, (*Parameters).Credentials (or CredentialsFromEnv
+// in a program that quarry-premain started) gives the Marble's TLS
+// credentials: ServerTLSConfig and ClientTLSConfig for mutual TLS with
+// other Marbles, verified against the Marble Root and optionally
+// restricted to Marble types; MarbleType and PeerMarbleType read a
+// certificate's Marble type; MonotonicCounter and ReadMonotonicCounter use
+// the Coordinator's counter. IsRefused and IsMaxActivations classify an
+// activation error without gRPC codes. docs/marbles.md walks through two
+// Marbles and is the reference for the manifest's templates.
+//
 // The package does not log; every failure is a returned error.
 package marble
 
@@ -34,6 +44,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 
@@ -65,6 +76,48 @@ type CoordinatorError struct {
 func (e *CoordinatorError) Error() string {
 	return fmt.Sprintf("gRPC %s: %s", e.Code, e.Message)
 }
+
+// Is matches ErrRefused when the Coordinator refused the activation, and
+// ErrMaxActivations when it refused it because the Marble type reached its
+// MaxActivations.
+func (e *CoordinatorError) Is(target error) bool {
+	switch target {
+	case ErrRefused:
+		return !retryable(e.Code)
+	case ErrMaxActivations:
+		return e.Code == codes.PermissionDenied && strings.Contains(e.Message, maxActivationsText)
+	}
+	return false
+}
+
+// Sentinels for the Coordinator's answers; match them with errors.Is, or
+// with IsRefused and IsMaxActivations, without importing gRPC's codes.
+var (
+	// ErrRefused: the Coordinator decided against the activation (unknown
+	// Marble type, invalid quote, MaxActivations reached, a template that
+	// cannot be rendered, ...). Activate does not retry it; starting again
+	// with the same settings gets the same answer. Not a refusal: the
+	// Coordinator unreachable or not yet accepting Marbles after the last
+	// attempt.
+	ErrRefused = errors.New("activation refused by the Coordinator")
+	// ErrMaxActivations: the Marble type has MaxActivations and was
+	// activated that many times. Every activation counts, a restart with
+	// the same UUID too, and no update resets the count (MarbleRun's
+	// rule; docs/marbles.md).
+	ErrMaxActivations = errors.New("the Marble type reached its MaxActivations")
+)
+
+// maxActivationsText is the Coordinator's message (MarbleRun's and
+// Quarry's) for a Marble type that reached MaxActivations.
+const maxActivationsText = "reached max activations count"
+
+// IsRefused reports whether err is a refusal of the activation by the
+// Coordinator (ErrRefused).
+func IsRefused(err error) bool { return errors.Is(err, ErrRefused) }
+
+// IsMaxActivations reports whether the Coordinator refused the activation
+// because the Marble type reached its MaxActivations (ErrMaxActivations).
+func IsMaxActivations(err error) bool { return errors.Is(err, ErrMaxActivations) }
 
 // errNoMarbleType is returned when Options.MarbleType is empty.
 var errNoMarbleType = errors.New("marble: no Marble type given")

@@ -22,6 +22,10 @@ type Parameters struct {
 	Files map[string][]byte // path -> content
 	Env   map[string][]byte // name -> value
 	Argv  []string
+	// UUID is the Marble's UUID (canonical form) that Activate sent: the
+	// one in Options.UUIDFile, which keeps it across restarts. It is also
+	// the common name of the Marble's certificate.
+	UUID string
 	// FileRoots are the directories (absolute paths) under which
 	// WriteFiles writes files with absolute paths. Activate sets it
 	// (Options.FileRoots); empty allows relative paths only.

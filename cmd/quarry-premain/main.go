@@ -56,6 +56,12 @@
 // libos.entrypoint is the premain); otherwise Argv[0], looked up in the
 // PATH of the new environment when it contains no slash.
 //
+// The premain's own arguments after argv[0] are not passed on: the
+// program gets the manifest's Argv, as with MarbleRun's premain; the
+// premain names ignored arguments on stderr, and likewise EDG_MARBLE_*
+// variables other than the four above (a misspelt one would otherwise
+// fall back to its default unnoticed).
+//
 // Exit status: 2 for a configuration error (the message names the
 // variable), 1 when the activation fails or is refused (with the
 // Coordinator's message) or the program cannot be started. On success the

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -88,6 +89,7 @@ func (p premain) run(ctx context.Context) int {
 		return p.fail(exitConfig, err)
 	}
 	opts.Issuer = issuer
+	p.warnIgnored()
 	if opts.CoordinatorRoot == nil && opts.CoordinatorRootSHA256 == nil {
 		fmt.Fprintf(p.stderr, "quarry-premain: the Coordinator is not pinned: whoever answers at %s chooses this Marble's files, environment and program; set %s or %s (docs/trust.md)\n",
 			cmp.Or(opts.CoordinatorAddr, marble.DefaultCoordinatorAddr), envRoot, envRootSHA256)
@@ -378,4 +380,24 @@ func executable(name string) error {
 		return fmt.Errorf("%s is not an executable file", name)
 	}
 	return nil
+}
+
+// knownMarbleVars are the EDG_MARBLE_* variables the premain reads.
+var knownMarbleVars = []string{envType, envCoordinator, envDNSNames, envUUIDFile}
+
+// warnIgnored says on stderr what the premain does not use: its own
+// arguments after argv[0] (the program gets the manifest's Argv, as with
+// MarbleRun's premain) and EDG_MARBLE_* variables it does not know
+// (misspelt ones would otherwise silently fall back to the defaults).
+func (p premain) warnIgnored() {
+	if len(p.args) > 1 {
+		fmt.Fprintf(p.stderr, "quarry-premain: ignoring %d command-line argument(s) %q: the program gets the manifest's Argv (attested), or [%s] if it has none; set Argv in the manifest\n",
+			len(p.args)-1, p.args[1:], marble.DefaultArg0)
+	}
+	for _, kv := range p.environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "EDG_MARBLE_") && !slices.Contains(knownMarbleVars, name) {
+			fmt.Fprintf(p.stderr, "quarry-premain: ignoring %s: not one of %s\n", name, strings.Join(knownMarbleVars, ", "))
+		}
+	}
 }

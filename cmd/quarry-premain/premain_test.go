@@ -447,3 +447,32 @@ func TestPinConfigErrors(t *testing.T) {
 		t.Errorf("%d activations despite configuration errors", n)
 	}
 }
+
+// TestWarnsAboutIgnoredInput: the premain's own arguments after argv[0]
+// and unknown EDG_MARBLE_* variables (a misspelt address would fall back
+// to localhost:2001) are named on stderr; the known ones are not.
+func TestWarnsAboutIgnoredInput(t *testing.T) {
+	coord := marbletest.New(t, answer(t, &marblepb.Parameters{Argv: []string{"app", "--from-manifest"}}))
+	h := newHarness(t, coord.Addr)
+	h.executable("bin/app")
+	h.args = []string{h.self, "--port", "8080"}
+	h.setenv("EDG_MARBLE_COORDINATOR_ADDRESS=coordinator:2001", "EDG_MARBLE_DNS_NAMES=backend")
+	if code := h.run(); code != 0 {
+		t.Fatalf("exit %d: %s", code, h.stderr.String())
+	}
+	out := h.stderr.String()
+	if !strings.Contains(out, `ignoring 2 command-line argument(s) ["--port" "8080"]`) || !strings.Contains(out, "manifest's Argv") {
+		t.Errorf("stderr does not name the ignored arguments:\n%s", out)
+	}
+	if !strings.Contains(out, "ignoring EDG_MARBLE_COORDINATOR_ADDRESS: not one of EDG_MARBLE_TYPE, EDG_MARBLE_COORDINATOR_ADDR") {
+		t.Errorf("stderr does not name the unknown variable:\n%s", out)
+	}
+	for _, known := range []string{"ignoring EDG_MARBLE_DNS_NAMES", "ignoring EDG_MARBLE_TYPE", "ignoring EDG_MARBLE_UUID_FILE"} {
+		if strings.Contains(out, known) {
+			t.Errorf("stderr warns about a known variable: %s", known)
+		}
+	}
+	if len(h.calls) != 1 || !slices.Equal(h.calls[0].argv, []string{"app", "--from-manifest"}) {
+		t.Errorf("exec'd %+v, want the manifest's Argv", h.calls)
+	}
+}

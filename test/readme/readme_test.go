@@ -90,12 +90,12 @@ func readme(t *testing.T) string {
 func between(t *testing.T, text, start, end string) string {
 	t.Helper()
 	if n := strings.Count(text, start); n != 1 {
-		t.Fatalf("README.md has %q %d times, want once", start, n)
+		t.Fatalf("the document has %q %d times, want once", start, n)
 	}
 	_, after, _ := strings.Cut(text, start)
 	inner, _, ok := strings.Cut(after, end)
 	if !ok {
-		t.Fatalf("README.md has %q without %q after it", start, end)
+		t.Fatalf("the document has %q without %q after it", start, end)
 	}
 	return inner
 }
@@ -194,7 +194,7 @@ type walkthrough struct {
 // loopback port. The script's process group is killed when it ends, so a
 // Coordinator it leaves running does not outlive the test; whether it did is
 // reported as a failure.
-func runWalkthrough(t *testing.T, blocks []string) walkthrough {
+func runWalkthrough(t *testing.T, blocks []string, env ...string) walkthrough {
 	t.Helper()
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("bash is not installed")
@@ -216,6 +216,7 @@ func runWalkthrough(t *testing.T, blocks []string) walkthrough {
 		fmt.Sprintf("EDG_COORDINATOR_CLIENT_ADDR=127.0.0.1:%d", freePort(t)),
 		"EDG_COORDINATOR_MESH_ADDR=127.0.0.1:0",
 	)
+	cmd.Env = append(cmd.Env, env...) // later entries win
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -817,5 +818,72 @@ func TestExamplesREADMEKeys(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("examples/README.md shows no openssl lines")
+	}
+}
+
+// TestMarblesWalkthrough runs the walkthrough of docs/marbles.md: the two
+// example Marbles of examples/marbles, one started by quarry-premain and one
+// activating itself with marble.Activate, against a real Coordinator: a
+// refusal while a user-defined secret is missing, mutual TLS between them,
+// the monotonic counter, a restart that keeps the per-Marble key, and the
+// refusal past MaxActivations.
+func TestMarblesWalkthrough(t *testing.T) {
+	for _, tool := range []string{"openssl", "curl", "awk"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is not installed (.ci/run installs it)", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	doc := string(readFile(t, filepath.Join(repoRoot, "docs", "marbles.md")))
+	blocks := fencedBlocks(between(t, doc, "<!-- marbles-walkthrough:start -->", "<!-- marbles-walkthrough:end -->"), "sh")
+	if len(blocks) < 6 {
+		t.Fatalf("found %d sh blocks in the Marble walkthrough", len(blocks))
+	}
+	want := expectedOutput(blocks)
+	w := runWalkthrough(t, blocks,
+		fmt.Sprintf("EDG_COORDINATOR_MESH_ADDR=127.0.0.1:%d", freePort(t)),
+		fmt.Sprintf("BACKEND_ADDR=localhost:%d", freePort(t)))
+	checkInOrder(t, w.stdout, want)
+	// The outputs the document shows below the first line of a command.
+	checkInOrder(t, w.stdout, []string{
+		"frontend: the backend says: hello frontend", "frontend: the backend has the same shared key", "frontend: run 1",
+		"The backend kept its per-Marble key.",
+		"frontend: the backend says: hello frontend", "frontend: the backend has the same shared key", "frontend: run 2",
+		"frontend: refused: frontend reached its MaxActivations", "exit status 3",
+	})
+
+	// The backend's two starts: one UUID, one per-Marble key.
+	var keys []string
+	for _, f := range []string{"backend-1.log", "backend-2.log"} {
+		log := string(readFile(t, filepath.Join(w.scratch, f)))
+		m := regexp.MustCompile(`per-Marble key ([0-9a-f]{12}) \(UUID ([0-9a-f-]{36})\)`).FindStringSubmatch(log)
+		if m == nil {
+			t.Fatalf("%s shows no per-Marble key:\n%s", f, log)
+		}
+		keys = append(keys, m[0])
+		if strings.Contains(log, "quarry-premain:") {
+			t.Errorf("%s: quarry-premain, pinned and given nothing it ignores, has something to say:\n%s", f, log)
+		}
+	}
+	if keys[0] != keys[1] {
+		t.Errorf("the backend's restart changed its key or UUID: %q, %q", keys[0], keys[1])
+	}
+	// The token file the frontend got is what Alice uploaded.
+	token := readFile(t, filepath.Join(w.scratch, "token.txt"))
+	if got := readFile(t, filepath.Join(w.scratch, "frontend", "token")); !bytes.Equal(got, token) || len(token) != 32 {
+		t.Errorf("frontend/token = %q, want the uploaded %q", got, token)
+	}
+	// The Coordinator refused the first frontend for the missing secret
+	// and the third for MaxActivations, and activated four Marbles.
+	coordLog := string(readFile(t, filepath.Join(w.scratch, "coordinator.log")))
+	if n := strings.Count(coordLog, `"msg":"marble activated"`); n != 4 {
+		t.Errorf("the Coordinator logged %d activations, want 4 (two backends, two frontends)", n)
+	}
+	for _, reason := range []string{`"reason":"templates"`, `"reason":"max_activations"`} {
+		if !strings.Contains(coordLog, reason) {
+			t.Errorf("the Coordinator logged no refusal with %s", reason)
+		}
 	}
 }
