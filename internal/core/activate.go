@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/json"
@@ -154,7 +155,7 @@ func (c *Core) activationAttempted(req ActivationRequest, refused ActivationRefu
 	c.opts.OnActivation(ActivationAttempt{MarbleType: req.MarbleType, UUID: req.UUID, KnownType: known, Refused: refused})
 }
 
-func (c *Core) activateOnce(ctx context.Context, req ActivationRequest) (*Activation, error) {
+func (c *Core) tryActivate(ctx context.Context, req ActivationRequest) (*Activation, error) {
 	s := c.snap.Load()
 	if s.state != StateAcceptingMarbles {
 		return nil, refuse(RefusedState, ErrWrongState, nil, "cannot accept marbles in current state")
@@ -189,7 +190,7 @@ func (c *Core) activateOnce(ctx context.Context, req ActivationRequest) (*Activa
 		return nil, refuse(RefusedCSR, nil, err, "generating marble authentication secrets: signature over CSR is invalid: %v", err)
 	}
 	now := c.opts.Now()
-	leaf, err := s.ca.IssueMarbleCert(c.opts.Rand, csr, id.String(), req.MarbleType, now)
+	leaf, err := s.ca.IssueMarbleCert(rand.Reader, csr, id.String(), req.MarbleType, now)
 	if err != nil {
 		return nil, refuse(RefusedCSR, nil, err, "generating marble authentication secrets: %v", err)
 	}
@@ -379,24 +380,13 @@ func (c *Core) marbleSecrets(s *snapshot, stored map[string]secrets.Secret, root
 			out[name], err = secrets.DerivePerMarble(root, name, def, b)
 		} else {
 			def.ValidFor = v.ValidFor
-			out[name], err = secrets.GenerateCert(c.opts.Rand, name, def, secretIssuer(s.ca), now)
+			out[name], err = secrets.GenerateCert(rand.Reader, name, def, secretIssuer(s.ca), now)
 		}
 		if err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
-}
-
-func templateSecrets(in map[string]secrets.Secret) map[string]manifest.TemplateSecret {
-	out := make(map[string]manifest.TemplateSecret, len(in))
-	for name, v := range in {
-		out[name] = manifest.TemplateSecret{
-			Type: v.Type, Size: v.Size, Shared: v.Shared, UserDefined: v.UserDefined, ValidFor: v.ValidFor,
-			Cert: manifest.CertDER(v.Cert), Private: manifest.PrivateKey(v.Private), Public: manifest.PublicKey(v.Public),
-		}
-	}
-	return out
 }
 
 func pemCert(der []byte) []byte {
@@ -476,4 +466,8 @@ func ttlsConfig(m *manifest.Manifest, marble manifest.Marble, cur map[string]sec
 
 func pemBlock(typ string, der []byte) string {
 	return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
+}
+
+func (c *Core) activate(ctx context.Context, req ActivationRequest) (*Activation, error) {
+	return retry(c, ctx, func() (*Activation, error) { return c.tryActivate(ctx, req) })
 }

@@ -127,14 +127,14 @@ func (l CounterLimits) checkNew(counters map[string]uint64, id MarbleIdentity, n
 	return nil
 }
 
-// setMonotonicCounterOnce raises the Marble's counter name to value if value is
+// trySetMonotonicCounter raises the Marble's counter name to value if value is
 // larger and returns the previous value (0 for a new counter); a counter
 // never decreases. The change is sealed before it returns. It needs state
 // 3, the MonotonicCounter feature (else ErrForbidden) and a Marble
 // certificate (see AuthenticateMarble); a new counter must fit the
 // CounterLimits (else ErrInvalidRequest for its name, ErrForbidden for
 // the number of counters).
-func (c *Core) setMonotonicCounterOnce(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error) {
+func (c *Core) trySetMonotonicCounter(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()
@@ -171,4 +171,9 @@ func (c *Core) setMonotonicCounterOnce(ctx context.Context, peer []*x509.Certifi
 		return prev, err
 	}
 	return prev, nil
+}
+
+// SetMonotonicCounter: see trySetMonotonicCounter.
+func (c *Core) SetMonotonicCounter(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error) {
+	return retry(c, ctx, func() (uint64, error) { return c.trySetMonotonicCounter(ctx, peer, name, value) })
 }

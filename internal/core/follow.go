@@ -2,13 +2,11 @@ package core
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/seal"
-	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/store"
 )
 
@@ -100,7 +98,7 @@ var errSharedRead = errors.New("the shared store cannot be read")
 // made this swap fail). Every failure wraps ErrUnavailable (503, Retry-After).
 func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, dek []byte, mode string, layout *stateLayout) error {
 	binding := seal.Binding(blob)
-	rev, err := v.saveShared(ctx, s, blob, keyFile, layout, v.rand)
+	rev, err := v.saveShared(ctx, s, blob, keyFile, layout)
 	if err == nil {
 		v.dataRev, v.keyRev = rev, rev
 		v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode, layout: layout}
@@ -303,7 +301,8 @@ func (c *Core) Follow(ctx context.Context) {
 	}
 }
 
-// retry runs op, and after a compare-and-swap lost to another instance
+// retry runs op (one attempt of a state-changing use case: the public
+// SetManifest, Update, ... wrap their try* function in it), and after a compare-and-swap lost to another instance
 // reloads the newer state and runs op again: op re-checks the request
 // against it, so the answer is the one it would have had after the other
 // instance's change.
@@ -327,47 +326,4 @@ func retry[T any](c *Core, ctx context.Context, op func() (T, error)) (T, error)
 			return v, rerr
 		}
 	}
-}
-
-// The state-changing use cases, each run against the newest state and
-// again after a lost swap.
-
-// SetManifest: see setManifestOnce.
-func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, error) {
-	return retry(c, ctx, func() (map[string][]byte, error) { return c.setManifestOnce(ctx, raw) })
-}
-
-// SetSecrets: see setSecretsOnce.
-func (c *Core) SetSecrets(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error {
-	_, err := retry(c, ctx, func() (struct{}, error) { return struct{}{}, c.setSecretsOnce(ctx, peer, uploads) })
-	return err
-}
-
-// SetMonotonicCounter: see setMonotonicCounterOnce.
-func (c *Core) SetMonotonicCounter(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error) {
-	return retry(c, ctx, func() (uint64, error) { return c.setMonotonicCounterOnce(ctx, peer, name, value) })
-}
-
-// Update: see updateOnce.
-func (c *Core) Update(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
-	return retry(c, ctx, func() (UpdateResult, error) { return c.updateOnce(ctx, peer, raw) })
-}
-
-// AcknowledgeUpdate: see acknowledgeUpdateOnce.
-func (c *Core) AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
-	return retry(c, ctx, func() (UpdateResult, error) { return c.acknowledgeUpdateOnce(ctx, peer, raw) })
-}
-
-// CancelUpdate: see cancelUpdateOnce.
-func (c *Core) CancelUpdate(ctx context.Context, peer []*x509.Certificate) error {
-	_, err := retry(c, ctx, func() (struct{}, error) { return struct{}{}, c.cancelUpdateOnce(ctx, peer) })
-	return err
-}
-
-func (c *Core) recover(ctx context.Context, secret, signature []byte, signed bool) (RecoverResult, error) {
-	return retry(c, ctx, func() (RecoverResult, error) { return c.recoverOnce(ctx, secret, signature, signed) })
-}
-
-func (c *Core) activate(ctx context.Context, req ActivationRequest) (*Activation, error) {
-	return retry(c, ctx, func() (*Activation, error) { return c.activateOnce(ctx, req) })
 }

@@ -57,6 +57,8 @@ type instances struct {
 	// KeySource: the state it opens must pass its Allows (checkFetched).
 	fetched *FetchedKey
 
+	// known is guarded by knownMu alone (PeerKey reads it without the
+	// Core's lock); the fields above are guarded by Core.mu.
 	knownMu sync.Mutex
 	known   []knownKey // newest last, at most 2
 }

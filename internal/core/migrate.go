@@ -227,7 +227,7 @@ func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedDat
 	for _, w := range report.Warnings {
 		c.log.Warn("migration: " + w)
 	}
-	snap, err := restore(st)
+	snap, err := restore(st, c.opts.Now())
 	if err != nil {
 		return nil, fmt.Errorf("%w: the converted state is invalid: %v", ErrMigration, err)
 	}

@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
@@ -25,6 +26,7 @@ import (
 // share collector for the unreadable blob (or why it cannot be recovered),
 // and the ephemeral key, created on first request and kept in memory only.
 type recoveryRound struct {
+	// collector, cannot, shares and marbleRun are guarded by Core.mu.
 	collector *recovery.Collector
 	cannot    error // why the blob cannot be recovered at all
 	// shares collects MarbleRun's recovery secrets instead of collector:
@@ -37,7 +39,7 @@ type recoveryRound struct {
 	progress atomic.Pointer[roundProgress]
 
 	ephMu sync.Mutex
-	eph   *rsa.PrivateKey
+	eph   *rsa.PrivateKey // guarded by ephMu
 }
 
 // start prepares recovery of blob: its public header names the recovery
@@ -122,14 +124,8 @@ func decodeHeader(blob []byte) (sealHeader, error) {
 	return h, nil
 }
 
-// classified is an error that belongs to a class (ErrInvalidRequest, …)
-// while keeping its own message and chain.
-type classified struct{ class, err error }
-
 func (e classified) Error() string   { return e.err.Error() }
 func (e classified) Unwrap() []error { return []error{e.class, e.err} }
-
-func classify(class, err error) error { return classified{class: class, err: err} }
 
 // RecoveryPublicKey returns the ephemeral RSA public key (PKIX DER) that
 // recovery secrets may be encrypted to. It is created on first use and kept
@@ -142,7 +138,7 @@ func (c *Core) RecoveryPublicKey(context.Context) ([]byte, error) {
 	r.ephMu.Lock()
 	defer r.ephMu.Unlock()
 	if r.eph == nil {
-		k, err := rsa.GenerateKey(c.opts.Rand, c.opts.EphemeralKeyBits)
+		k, err := rsa.GenerateKey(rand.Reader, c.opts.EphemeralKeyBits)
 		if err != nil {
 			return nil, fmt.Errorf("generating ephemeral key: %w", err)
 		}
@@ -182,7 +178,7 @@ func (c *Core) RecoverUnsigned(ctx context.Context, secret []byte) (RecoverResul
 	return c.recover(ctx, secret, nil, false)
 }
 
-func (c *Core) recoverOnce(ctx context.Context, secret, signature []byte, signed bool) (RecoverResult, error) {
+func (c *Core) tryRecover(ctx context.Context, secret, signature []byte, signed bool) (RecoverResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()
@@ -257,7 +253,7 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	if err != nil {
 		return fmt.Errorf("the decrypted state is invalid: %w", err)
 	}
-	snap, err := restore(st)
+	snap, err := restore(st, c.opts.Now())
 	if err != nil {
 		return fmt.Errorf("the decrypted state is invalid: %w", err)
 	}
@@ -325,4 +321,8 @@ func sameRecoveryKeys(m *manifest.Manifest, pub recovery.Public) error {
 		}
 	}
 	return nil
+}
+
+func (c *Core) recover(ctx context.Context, secret, signature []byte, signed bool) (RecoverResult, error) {
+	return retry(c, ctx, func() (RecoverResult, error) { return c.tryRecover(ctx, secret, signature, signed) })
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -81,7 +82,7 @@ func (c *Core) SignQuote(ctx context.Context, quote []byte) (SignQuoteResult, er
 		return SignQuoteResult{}, &QuoteVerificationError{Err: err}
 	}
 	status := res.Status.String()
-	sig, err := s.ca.SignRoot(c.opts.Rand, []byte(base64.StdEncoding.EncodeToString(quote)+status))
+	sig, err := s.ca.SignRoot(rand.Reader, []byte(base64.StdEncoding.EncodeToString(quote)+status))
 	if err != nil {
 		return SignQuoteResult{}, fmt.Errorf("sign-quote: signing: %w", err)
 	}

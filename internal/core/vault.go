@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -32,6 +31,8 @@ type vault struct {
 	log       *slog.Logger
 	// storeTimeout bounds a shared store's write and its read-back.
 	storeTimeout time.Duration
+	// now is the clock (of the chunk sweep).
+	now func() time.Time
 
 	dataRev, keyRev store.Revision
 	// disk is the blob the data store holds and the data key that opens it
@@ -53,8 +54,6 @@ type vault struct {
 	instances
 	// The state in chunks (vaultchunks.go): on a store that keeps them.
 	chunked
-	// rand is the nonce source of sealed chunks (nil: the FIPS module's).
-	rand io.Reader
 }
 
 // storedBlob is a blob in the data store, the key that opens it and the

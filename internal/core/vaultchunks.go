@@ -3,8 +3,8 @@ package core
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -150,7 +150,7 @@ func (c *Core) splitForStore(dek, plaintext []byte) ([]byte, *stateLayout, error
 // (guarded by the head's revision). The chunks the stored head referenced
 // and the new one does not, and orphans found by a sweep, are deleted in
 // the same transaction (as many as fit; the rest with the next commits).
-func (v *vault) saveShared(ctx context.Context, s sharedStore, blob, keyFile []byte, l *stateLayout, rand io.Reader) (store.Revision, error) {
+func (v *vault) saveShared(ctx context.Context, s sharedStore, blob, keyFile []byte, l *stateLayout) (store.Revision, error) {
 	cs := v.chunkStore()
 	if cs == nil || l == nil {
 		wctx, cancel := context.WithTimeout(ctx, v.storeTimeout)
@@ -174,7 +174,7 @@ func (v *vault) saveShared(ctx context.Context, s sharedStore, blob, keyFile []b
 				continue
 			}
 		}
-		b, err := l.keys.sealChunk(rand, name, plain)
+		b, err := l.keys.sealChunk(rand.Reader, name, plain)
 		if err != nil {
 			return "", fmt.Errorf("sealing a chunk of the state: %w", err)
 		}
@@ -230,10 +230,11 @@ func (v *vault) saveShared(ctx context.Context, s sharedStore, blob, keyFile []b
 // deleted with this and the next commits. A failed look is tried at the
 // next interval.
 func (v *vault) sweep(ctx context.Context, cs chunkStore, l *stateLayout) {
-	if !v.swept.IsZero() && time.Since(v.swept) < sweepInterval {
+	now := v.now()
+	if !v.swept.IsZero() && now.Sub(v.swept) < sweepInterval {
 		return
 	}
-	v.swept = time.Now()
+	v.swept = now
 	sctx, cancel := context.WithTimeout(ctx, v.storeTimeout)
 	defer cancel()
 	names, err := cs.ListChunks(sctx, "")
