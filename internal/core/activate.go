@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"maps"
 	"slices"
 	"time"
@@ -21,8 +22,8 @@ import (
 	"github.com/quarry-cc/quarry/manifest"
 )
 
-// ActivationRequest is a Marble's request to be activated (behaviour.md
-// §11.1).
+// ActivationRequest is a Marble's request to be activated (MarbleRun's
+// Activate call of the Marble API).
 type ActivationRequest struct {
 	// Quote is the Marble's SGX quote over SHA-256 of its TLS client
 	// certificate (empty in simulation).
@@ -35,7 +36,7 @@ type ActivationRequest struct {
 	// UUID identifies the Marble instance (any form google/uuid parses).
 	UUID string
 	// Peer is the TLS client certificate chain; only the leaf counts
-	// (decision D14).
+	// (intermediates a client sends prove nothing: docs/trust.md).
 	Peer []*x509.Certificate
 }
 
@@ -46,8 +47,8 @@ type Activation struct {
 	Argv  []string
 }
 
-// The environment variables the Coordinator adds to every activation
-// (behaviour.md §11.4).
+// The environment variables the Coordinator adds to every activation (as
+// MarbleRun names them, which Marbles read).
 const (
 	EnvRootCA           = "MARBLE_PREDEFINED_ROOT_CA"
 	EnvCertificateChain = "MARBLE_PREDEFINED_MARBLE_CERTIFICATE_CHAIN"
@@ -92,7 +93,7 @@ type ActivationAttempt struct {
 }
 
 // ActivationError is a refused activation: its message is the client's
-// (behaviour.md §11.3 wording); it unwraps to the class (ErrWrongState,
+// (in MarbleRun's wording, which clients match); it unwraps to the class (ErrWrongState,
 // ErrUnauthenticated, ErrForbidden, ErrInvalidRequest, or none for an
 // internal failure) and to the cause.
 type ActivationError struct {
@@ -120,8 +121,8 @@ func refuse(reason ActivationRefusal, class error, cause error, format string, a
 	return &ActivationError{Reason: reason, class: class, msg: fmt.Sprintf(format, args...), cause: cause}
 }
 
-// Activate activates a Marble (behaviour.md §11.3, every check in that
-// order): it verifies the Marble's quote against its package (unless the
+// Activate activates a Marble (every check in MarbleRun's order, so that a
+// refused Marble gets the same reason): it verifies the Marble's quote against its package (unless the
 // Coordinator runs in simulation), issues its certificate, makes its
 // per-Marble secrets, renders its parameters and, when the Marble type has
 // MaxActivations, counts the activation in the sealed state before it
@@ -328,7 +329,7 @@ func (c *Core) countActivation(ctx context.Context, s *snapshot, marbleType stri
 		st.Activations = map[string]uint64{}
 	}
 	st.Activations[marbleType]++
-	if err := c.persist(ctx, cur, &st); !stored(err) {
+	if err := c.persist(ctx, cur, &st); !vault.Stored(err) {
 		return refuse(RefusedStore, nil, err, "storing the activation count: %v", err)
 	} else if err != nil {
 		c.log.Error("activation count stored with an error", "error", err.Error())
@@ -416,7 +417,7 @@ type ttlsEntry struct {
 }
 
 // ttlsConfig renders MARBLE_TTLS_CONFIG for a Marble with TLS tags
-// (behaviour.md §11.4); nil without tags.
+// (MarbleRun's format, which its TTLS library reads); nil without tags.
 func ttlsConfig(m *manifest.Manifest, marble manifest.Marble, cur map[string]secrets.Secret, marbleRoot *x509.Certificate, leafDER, keyDER []byte) ([]byte, error) {
 	if len(marble.TLS) == 0 {
 		return nil, nil

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"io"
 	"log/slog"
 	"sync"
@@ -115,7 +116,7 @@ type Core struct {
 
 	mu stateLock // serialises state transactions (lock.go)
 	// Guarded by mu:
-	vault vault // the stored pair of sealed state and key file
+	vault *vault.Vault // the stored pair of sealed state and key file
 	// dek is the data key of the current state (kept in memory with
 	// SealMode Disabled too, so that turning sealing on later uses the key
 	// the recovery secrets were made for); nil until known.
@@ -265,10 +266,10 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	c := &Core{opts: opts, log: opts.Logger}
 	c.events.limit = opts.ActivationEvents
 	c.logs.segments = opts.LogSegments
-	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger, storeTimeout: opts.StoreTimeout, now: opts.Now}
-	c.vault.instance, c.vault.source = opts.InstanceID, opts.KeySource
+	c.vault = vault.New(vault.Options{Data: opts.Data, Key: opts.Key, Sealer: opts.KeySealer, Log: opts.Logger,
+		StoreTimeout: opts.StoreTimeout, Now: opts.Now, Instance: opts.InstanceID, Source: opts.KeySource})
 	snap, err := c.load(ctx)
-	if errors.Is(err, errSharedRead) {
+	if errors.Is(err, vault.ErrSharedRead) {
 		// Nothing is decided about the state: the start may be tried
 		// again when the store answers (docs/ha.md, "Starting while etcd is
 		// unreachable").
@@ -292,17 +293,17 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 
 // load reads the sealed state and decides the start state.
 func (c *Core) load(ctx context.Context) (*snapshot, error) {
-	blob, err := c.vault.loadBlob(ctx)
+	blob, err := c.vault.LoadBlob(ctx)
 	if err == nil {
 		c.sealedSize.Store(int64(len(blob)))
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		if err := c.vault.setStrayKeyAside(ctx, c.asideSuffix("orphaned")); err != nil {
+		if err := c.vault.SetStrayKeyAside(ctx, c.asideSuffix("orphaned")); err != nil {
 			return nil, err
 		}
 		return c.fresh(eventStartFresh)
 	}
-	if errors.Is(err, errSharedRead) {
+	if errors.Is(err, vault.ErrSharedRead) {
 		return nil, err // etcd unreachable: no reason for recovery mode
 	}
 	if err != nil {
@@ -319,15 +320,15 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return c.enterRecovery(blob, "the sealed state is corrupt", err)
 	}
-	dek, kp := c.vault.keyFor(ctx, blob)
+	dek, kp := c.vault.KeyFor(ctx, blob)
 	if kp != nil {
-		return c.enterRecovery(blob, kp.what, kp.cause)
+		return c.enterRecovery(blob, kp.What, kp.Cause)
 	}
-	_, plaintext, layout, err := c.openState(ctx, dek, blob)
+	_, plaintext, layout, err := c.vault.Open(ctx, dek, blob)
 	switch {
-	case errors.Is(err, errSharedRead):
+	case errors.Is(err, vault.ErrSharedRead):
 		return nil, err // etcd unreachable: no reason for recovery mode
-	case errors.Is(err, errChunks):
+	case errors.Is(err, vault.ErrChunks):
 		return c.enterRecovery(blob, "a chunk of the sealed state in etcd is missing or damaged", err)
 	case err != nil:
 		return c.enterRecovery(blob, "the sealed state does not decrypt with the data key", err)
@@ -340,14 +341,14 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return c.enterRecovery(blob, "the decrypted state is invalid", err)
 	}
-	if err := c.vault.checkFetched(snap.manifest.Config.SealMode); err != nil {
+	if err := c.vault.CheckFetched(snap.manifest.Config.SealMode); err != nil {
 		return c.enterRecovery(blob, "the running instance that gave the data key may not hold the key of this state (its quote does not satisfy the state's seal mode)", err)
 	}
 	if snap.state, err = next(StateUninitialized, eventStartSealed); err != nil {
 		return nil, err
 	}
-	c.vault.opened(dek, snap.manifest.Config.SealMode, layout)
-	c.vault.addOwnEntry(ctx)
+	c.vault.Opened(dek, snap.manifest.Config.SealMode, layout)
+	c.vault.AddOwnEntry(ctx)
 	c.dek = dek
 	c.header = hdr
 	if err := c.recordRestore(ctx, snap, blob); err != nil {
@@ -411,7 +412,7 @@ func (c *Core) enterRecoveryWith(blob []byte, what string, cause, refused error)
 
 func decodeState(plaintext []byte) (*sealedState, error) {
 	var st sealedState
-	if err := jsonUnmarshalStrict(plaintext, &st); err != nil {
+	if err := seal.DecodeJSON(plaintext, &st); err != nil {
 		return nil, err
 	}
 	if st.Format != stateFormat {
@@ -479,7 +480,7 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 	start := c.opts.Now()
 	size := 0
 	defer func() {
-		if stored(err) && size > 0 {
+		if vault.Stored(err) && size > 0 {
 			c.sealedSize.Store(int64(size))
 		}
 		if c.opts.OnCommit != nil {
@@ -498,7 +499,7 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 	if limit := c.opts.MaxStateBytes; len(plaintext) > limit {
 		return classify(ErrTooLarge, fmt.Errorf("the change would make the state %d bytes, more than its limit of %d bytes (--max-state-size, QUARRY_MAX_STATE_SIZE); nothing was changed", len(plaintext), limit))
 	}
-	plaintext, layout, err := c.splitForStore(dek, plaintext)
+	plaintext, layout, err := c.vault.Split(dek, plaintext)
 	if err != nil {
 		return err
 	}
@@ -512,13 +513,13 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 	}
 	size = len(blob)
 	if layout != nil {
-		size += layout.plainBytes()
+		size += layout.PlainBytes()
 	}
-	err = c.vault.commit(ctx, blob, dek, mode, layout)
-	if stored(err) {
+	err = vaultError(c.vault.Commit(ctx, blob, dek, mode, layout))
+	if vault.Stored(err) {
 		c.dek, c.header = dek, header
 	}
-	if err != nil && stored(err) {
+	if err != nil && vault.Stored(err) {
 		c.log.Error("the state change is stored although the store reported an error", "error", err.Error())
 	}
 	return err
@@ -642,7 +643,7 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 	if s.state == StateRecovery {
 		// The unrecovered state is replaced: its key file is moved aside
 		// and its blob copied aside (never deleted) first.
-		moved, err := c.vault.replaceUnrecovered(ctx, c.asideSuffix("unrecovered"))
+		moved, err := c.vault.ReplaceUnrecovered(ctx, c.asideSuffix("unrecovered"))
 		if err != nil {
 			return nil, err
 		}
@@ -655,7 +656,7 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 			return nil, err
 		}
 		c.dek, c.header = dek, header
-	} else if storeErr = c.commit(ctx, st, header, dek, m.Config.SealMode); !stored(storeErr) {
+	} else if storeErr = c.commit(ctx, st, header, dek, m.Config.SealMode); !vault.Stored(storeErr) {
 		return nil, storeErr
 	}
 	// The old state is replaced: recovery of it ends here, and only now
@@ -680,7 +681,7 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 func (c *Core) persist(ctx context.Context, s *snapshot, st *sealedState) error {
 	var err error
 	if s.manifest.Config.SealMode != manifest.SealModeDisabled {
-		if err = c.commit(ctx, st, c.header, c.dek, s.manifest.Config.SealMode); !stored(err) {
+		if err = c.commit(ctx, st, c.header, c.dek, s.manifest.Config.SealMode); !vault.Stored(err) {
 			return err
 		}
 	} else if err = c.prepareLog(ctx, st, false); err != nil {

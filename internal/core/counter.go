@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"maps"
 	"strings"
 
@@ -30,7 +31,7 @@ type MarbleIdentity struct {
 }
 
 // AuthenticateMarble identifies a Marble by the leaf of its TLS client
-// chain only (decision D14): the leaf must verify against the current
+// chain only (intermediates a client sends prove nothing): the leaf must verify against the current
 // Marble Root (certificates issued before an update that renewed it are
 // refused), carry the marble-type extension, and have a UUID as its common
 // name. Any failure is ErrUnauthenticated.
@@ -165,7 +166,7 @@ func (c *Core) trySetMonotonicCounter(ctx context.Context, peer []*x509.Certific
 	}
 	st.MonotonicCounters[key] = value
 	st.Log = st.Log.counted() // recorded as a count (logstore.go)
-	if err := c.persist(ctx, s, &st); !stored(err) {
+	if err := c.persist(ctx, s, &st); !vault.Stored(err) {
 		return 0, err
 	} else if err != nil {
 		return prev, err

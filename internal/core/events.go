@@ -13,7 +13,8 @@ import (
 // default.
 const DefaultActivationEvents = 10_000
 
-// ActivationEvent is one successful Marble activation (behaviour.md §13).
+// ActivationEvent is one successful Marble activation (kept in memory for
+// the Client API's activation events).
 type ActivationEvent struct {
 	Time       time.Time
 	MarbleType string

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"io"
 	"slices"
 	"sync"
@@ -96,7 +97,7 @@ func (r *recoveryRound) stop() {
 }
 
 // newRecoverySecrets makes a new data key and the recovery secrets for m's
-// recovery keys (behaviour.md §6.1).
+// recovery keys (one secret per key, encrypted to it: docs/sealing.md).
 func newRecoverySecrets(rand io.Reader, m *manifest.Manifest) (dek []byte, secrets map[string][]byte, pub recovery.Public, err error) {
 	keys := make(map[string]*rsa.PublicKey, len(m.RecoveryKeys))
 	for name, text := range m.RecoveryKeys {
@@ -154,7 +155,8 @@ type RecoverResult struct {
 }
 
 // Recover takes one recovery secret (plain, or encrypted to the ephemeral
-// key) with its signature. Each upload is checked at once (decision D6);
+// key) with its signature. Each upload is checked at once (a bad share is
+// refused when it arrives, not after the round is complete);
 // a rejected upload leaves the round as it was. When enough shares are in,
 // the sealed state is decrypted, checked against the sealed manifest,
 // restored with its root certificate, and sealed again under a fresh sealed
@@ -171,7 +173,8 @@ var errUnsignedInEnclave = errors.New("a Coordinator in an enclave takes recover
 	"upload them with POST /api/v2/recover (marblerun recover, quarry recover)")
 
 // RecoverUnsigned is Recover for the unprefixed API, whose request carries
-// the plain secret without a signature (decision D11). The secret must still
+// the plain secret without a signature (MarbleRun's v1 API, off unless
+// enabled). The secret must still
 // be one of the sealed state's shares. A Coordinator whose key sealer
 // protects the data key (an enclave) refuses it with ErrForbidden.
 func (c *Core) RecoverUnsigned(ctx context.Context, secret []byte) (RecoverResult, error) {
@@ -225,7 +228,7 @@ func (c *Core) tryRecover(ctx context.Context, secret, signature []byte, signed 
 		return RecoverResult{Remaining: remaining}, nil
 	}
 	if err := c.restoreWith(ctx, key); err != nil {
-		if !stored(err) {
+		if !vault.Stored(err) {
 			r.collector.Reset()
 		}
 		return RecoverResult{}, err
@@ -236,11 +239,11 @@ func (c *Core) tryRecover(ctx context.Context, secret, signature []byte, signed 
 // restoreWith opens the unreadable blob with key, checks it, and makes it
 // the current state.
 func (c *Core) restoreWith(ctx context.Context, key []byte) error {
-	hdrRaw, plaintext, layout, err := c.openState(ctx, key, c.unreadable)
+	hdrRaw, plaintext, layout, err := c.vault.Open(ctx, key, c.unreadable)
 	switch {
-	case errors.Is(err, errSharedRead):
+	case errors.Is(err, vault.ErrSharedRead):
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	case errors.Is(err, errChunks):
+	case errors.Is(err, vault.ErrChunks):
 		return classify(ErrConflict, fmt.Errorf("the recovery secrets decrypt the sealed state, but it is damaged in etcd (%w); set a new manifest to start over", err))
 	case err != nil:
 		return classify(ErrInvalidRequest, fmt.Errorf("the combined recovery secrets do not decrypt the sealed state: %w", err))
@@ -270,12 +273,10 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	if snap.quote, err = c.issueQuote(ctx, snap.ca, nil); err != nil {
 		return err
 	}
-	if err := c.vault.recovered(ctx, c.asideSuffix("unusable")); err != nil {
+	if err := c.vault.Recovered(ctx, c.asideSuffix("unusable")); err != nil {
 		return err
 	}
-	if d := c.vault.disk; d != nil && layout != nil && bytes.Equal(d.blob, c.unreadable) {
-		d.layout = layout // its chunks are stored: the commit keeps them
-	}
+	c.vault.KeepChunks(c.unreadable, layout) // its chunks are stored: the commit keeps them
 	// A state restored from a backup onto another machine is recovered
 	// here: the restore is recorded before the recovery (restored.go).
 	restored, done, err := c.restoreRecord(ctx, snap, c.unreadable)
@@ -288,7 +289,7 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	}
 	st.UpdateLog = append(st.UpdateLog, updatelog.Recovered(c.opts.Now(), snap.fingerprint))
 	err = c.commit(ctx, st, hdr, key, snap.manifest.Config.SealMode)
-	if !stored(err) {
+	if !vault.Stored(err) {
 		return err
 	}
 	if done != nil {

@@ -52,7 +52,7 @@ type SignQuoteResult struct {
 }
 
 // SignQuote verifies an SGX quote (raw or OE-wrapped) and signs the result
-// with the root key (behaviour.md §8). It needs a manifest that enables the
+// with the root key (MarbleRun's sign-quote endpoint). It needs a manifest that enables the
 // SignQuoteEndpoint feature (else ErrForbidden) and a configured verifier
 // (else ErrForbidden, saying how to configure one). A quote that does not
 // verify, including one whose collateral has expired, gives a

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"io"
 	"maps"
 	"slices"
@@ -365,7 +366,7 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 		// Only reachable from Disabled (Update refuses turning sealing
 		// off): nothing is stored, the key stays in memory.
 		c.dek, c.header = dek, header
-	} else if err = c.commit(ctx, st, header, dek, m.Config.SealMode); !stored(err) {
+	} else if err = c.commit(ctx, st, header, dek, m.Config.SealMode); !vault.Stored(err) {
 		return UpdateResult{}, err
 	}
 	c.snap.Store(&snapshot{
