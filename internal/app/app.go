@@ -306,7 +306,11 @@ func (a *App) Run(ctx context.Context) error {
 		return err
 	}
 	ln := rest.GuardPlainHTTP(admitted) // plain HTTP gets a JSend 400, not net/http's text
-	go a.logAdmission(ctx, admitted)
+	// Every goroutine of Run's own ends before Run returns: those that
+	// live as long as Run (the admission log, following the other
+	// instances) run under bg, cancelled and waited for at shutdown.
+	bg := newBackground(ctx)
+	bg.Go(func(ctx context.Context) { a.logAdmission(ctx, admitted) })
 	bodyMem, bodyMemSource := bodyMemory(readSystemFile)
 	srv := &http.Server{
 		Handler:           g.clientHandler(),
@@ -351,7 +355,8 @@ func (a *App) Run(ctx context.Context) error {
 	var loaded chan error
 	stopPeer := func() {}
 	if live {
-		if stopPeer, err = a.goLive(ctx, g, mesh, serving); err != nil {
+		if stopPeer, err = a.goLive(bg, g, mesh, serving); err != nil {
+			bg.stop()
 			admitted.Close()
 			ls.close()
 			a.release()
@@ -390,7 +395,7 @@ func (a *App) Run(ctx context.Context) error {
 				stop = true
 				break
 			}
-			stopServing, err := a.goLive(ctx, g, mesh, serving)
+			stopServing, err := a.goLive(bg, g, mesh, serving)
 			if err != nil {
 				failure = &StartError{Err: err}
 				a.log.Info("shutting down")
@@ -418,6 +423,7 @@ func (a *App) Run(ctx context.Context) error {
 	stopLoad()
 	shutErr := a.shutdown(srv, mesh, clientErr, meshErr)
 	stopPeer()
+	bg.stop() // before the store is released: Follow reads it
 	released := true
 	if loaded != nil {
 		// The start under way ends with ctx (a step with etcd returns at
@@ -452,13 +458,13 @@ func (e *StartError) Unwrap() error { return e.Err }
 // before, another instance that dials it is refused at once instead of
 // waiting); with a shared store it follows the other instances. It
 // returns the peer key server's stop.
-func (a *App) goLive(ctx context.Context, g *gate, mesh *marbleapi.Server, so servingOptions) (stopPeer func(), err error) {
+func (a *App) goLive(bg *background, g *gate, mesh *marbleapi.Server, so servingOptions) (stopPeer func(), err error) {
 	peerLn, err := a.listenPeer() // peer.go
 	if err != nil {
 		return nil, err
 	}
-	go a.core.Follow(ctx) // with a shared store: follow the other instances
-	var fresh *freshness  // with a shared store: every handshake presents the newest state's certificates
+	bg.Go(a.core.Follow) // with a shared store: follow the other instances
+	var fresh *freshness // with a shared store: every handshake presents the newest state's certificates
 	if a.core.Shared() {
 		fresh = &freshness{s: a.core, timeout: a.cfg.Store.Timeout}
 	}
@@ -493,6 +499,28 @@ func (a *App) goLive(ctx context.Context, g *gate, mesh *marbleapi.Server, so se
 	stopPeer = a.servePeer(peerLn, a.verifier) // peer.go
 	g.live.Store(l)
 	return stopPeer, nil
+}
+
+// background runs the goroutines that live as long as Run: stop cancels
+// their context and waits until every one has returned.
+type background struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newBackground(parent context.Context) *background {
+	ctx, cancel := context.WithCancel(parent)
+	return &background{ctx: ctx, cancel: cancel}
+}
+
+// Go runs f in a goroutine with the background's context.
+func (b *background) Go(f func(ctx context.Context)) { b.wg.Go(func() { f(b.ctx) }) }
+
+// stop cancels the goroutines' context and waits for them.
+func (b *background) stop() {
+	b.cancel()
+	b.wg.Wait()
 }
 
 // servingOptions are what Run decided for the Client API that the

@@ -86,6 +86,24 @@ func TestCoreReachesNoBackendsOrServers(t *testing.T) {
 		module+"/api/v1", module+"/api/v2", module+"/api/jsend", module+"/api/marblepb", module+"/internal/config")
 }
 
+// TestVaultIsBelowCore: the crash-safe commit (internal/vault) knows stores
+// and sealing only through their interfaces: the core imports it, never
+// the other way round, and it names no backend and no transport. (It logs
+// through the logger it is given: what it moves aside, the operator must
+// hear of.)
+func TestVaultIsBelowCore(t *testing.T) {
+	forbid(t, "internal/vault", "net/http", "google.golang.org/grpc", module+"/internal/core", module+"/internal/app", module+"/internal/server",
+		module+"/internal/config", module+"/internal/store/filestore", module+"/internal/store/memstore",
+		module+"/internal/store/etcdstore", module+"/internal/marblerun", module+"/manifest", module+"/api")
+	var uses bool
+	for _, d := range deps(t, "internal/core") {
+		uses = uses || d == module+"/internal/vault"
+	}
+	if !uses {
+		t.Error("internal/core does not commit through internal/vault")
+	}
+}
+
 func TestServersDoNotNameBackends(t *testing.T) {
 	for _, pkg := range []string{"internal/server/rest", "internal/server/marbleapi"} {
 		forbid(t, pkg, module+"/internal/app", module+"/internal/store/filestore",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"github.com/quarry-cc/quarry/internal/user"
 	"maps"
 
 	"github.com/quarry-cc/quarry/internal/seal"
@@ -79,4 +80,25 @@ func (c *Core) RecoverySecrets(_ context.Context, peer []*x509.Certificate) (map
 		return nil, classify(ErrNotFound, errors.New("no recovery secrets are kept for this state (it was written by an earlier version of the Coordinator); a manifest update that changes the recovery keys makes new ones"))
 	}
 	return maps.Clone(s.persisted.RecoverySecrets), nil
+}
+
+// identify returns the manifest user presenting peer, after checking that
+// op is possible now.
+func identify(s *snapshot, op operation, peer []*x509.Certificate) (*user.User, error) {
+	if err := require(s.state, op); err != nil {
+		return nil, err
+	}
+	u, err := s.users.Identify(peer)
+	if err != nil {
+		return nil, classify(ErrUnauthenticated, err)
+	}
+	return u, nil
+}
+
+// authorize is the one permission check of every use case.
+func authorize(u *user.User, action string, resources ...string) error {
+	if err := user.Authorize(u, action, resources...); err != nil {
+		return classify(ErrForbidden, err)
+	}
+	return nil
 }

@@ -3,12 +3,14 @@ package core
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"maps"
 	"slices"
 	"time"
@@ -20,8 +22,8 @@ import (
 	"github.com/quarry-cc/quarry/manifest"
 )
 
-// ActivationRequest is a Marble's request to be activated (behaviour.md
-// §11.1).
+// ActivationRequest is a Marble's request to be activated (MarbleRun's
+// Activate call of the Marble API).
 type ActivationRequest struct {
 	// Quote is the Marble's SGX quote over SHA-256 of its TLS client
 	// certificate (empty in simulation).
@@ -34,7 +36,7 @@ type ActivationRequest struct {
 	// UUID identifies the Marble instance (any form google/uuid parses).
 	UUID string
 	// Peer is the TLS client certificate chain; only the leaf counts
-	// (decision D14).
+	// (intermediates a client sends prove nothing: docs/trust.md).
 	Peer []*x509.Certificate
 }
 
@@ -45,8 +47,8 @@ type Activation struct {
 	Argv  []string
 }
 
-// The environment variables the Coordinator adds to every activation
-// (behaviour.md §11.4).
+// The environment variables the Coordinator adds to every activation (as
+// MarbleRun names them, which Marbles read).
 const (
 	EnvRootCA           = "MARBLE_PREDEFINED_ROOT_CA"
 	EnvCertificateChain = "MARBLE_PREDEFINED_MARBLE_CERTIFICATE_CHAIN"
@@ -91,7 +93,7 @@ type ActivationAttempt struct {
 }
 
 // ActivationError is a refused activation: its message is the client's
-// (behaviour.md §11.3 wording); it unwraps to the class (ErrWrongState,
+// (in MarbleRun's wording, which clients match); it unwraps to the class (ErrWrongState,
 // ErrUnauthenticated, ErrForbidden, ErrInvalidRequest, or none for an
 // internal failure) and to the cause.
 type ActivationError struct {
@@ -119,8 +121,8 @@ func refuse(reason ActivationRefusal, class error, cause error, format string, a
 	return &ActivationError{Reason: reason, class: class, msg: fmt.Sprintf(format, args...), cause: cause}
 }
 
-// Activate activates a Marble (behaviour.md §11.3, every check in that
-// order): it verifies the Marble's quote against its package (unless the
+// Activate activates a Marble (every check in MarbleRun's order, so that a
+// refused Marble gets the same reason): it verifies the Marble's quote against its package (unless the
 // Coordinator runs in simulation), issues its certificate, makes its
 // per-Marble secrets, renders its parameters and, when the Marble type has
 // MaxActivations, counts the activation in the sealed state before it
@@ -154,7 +156,7 @@ func (c *Core) activationAttempted(req ActivationRequest, refused ActivationRefu
 	c.opts.OnActivation(ActivationAttempt{MarbleType: req.MarbleType, UUID: req.UUID, KnownType: known, Refused: refused})
 }
 
-func (c *Core) activateOnce(ctx context.Context, req ActivationRequest) (*Activation, error) {
+func (c *Core) tryActivate(ctx context.Context, req ActivationRequest) (*Activation, error) {
 	s := c.snap.Load()
 	if s.state != StateAcceptingMarbles {
 		return nil, refuse(RefusedState, ErrWrongState, nil, "cannot accept marbles in current state")
@@ -189,7 +191,7 @@ func (c *Core) activateOnce(ctx context.Context, req ActivationRequest) (*Activa
 		return nil, refuse(RefusedCSR, nil, err, "generating marble authentication secrets: signature over CSR is invalid: %v", err)
 	}
 	now := c.opts.Now()
-	leaf, err := s.ca.IssueMarbleCert(c.opts.Rand, csr, id.String(), req.MarbleType, now)
+	leaf, err := s.ca.IssueMarbleCert(rand.Reader, csr, id.String(), req.MarbleType, now)
 	if err != nil {
 		return nil, refuse(RefusedCSR, nil, err, "generating marble authentication secrets: %v", err)
 	}
@@ -327,7 +329,7 @@ func (c *Core) countActivation(ctx context.Context, s *snapshot, marbleType stri
 		st.Activations = map[string]uint64{}
 	}
 	st.Activations[marbleType]++
-	if err := c.persist(ctx, cur, &st); !stored(err) {
+	if err := c.persist(ctx, cur, &st); !vault.Stored(err) {
 		return refuse(RefusedStore, nil, err, "storing the activation count: %v", err)
 	} else if err != nil {
 		c.log.Error("activation count stored with an error", "error", err.Error())
@@ -379,24 +381,13 @@ func (c *Core) marbleSecrets(s *snapshot, stored map[string]secrets.Secret, root
 			out[name], err = secrets.DerivePerMarble(root, name, def, b)
 		} else {
 			def.ValidFor = v.ValidFor
-			out[name], err = secrets.GenerateCert(c.opts.Rand, name, def, secretIssuer(s.ca), now)
+			out[name], err = secrets.GenerateCert(rand.Reader, name, def, secretIssuer(s.ca), now)
 		}
 		if err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
-}
-
-func templateSecrets(in map[string]secrets.Secret) map[string]manifest.TemplateSecret {
-	out := make(map[string]manifest.TemplateSecret, len(in))
-	for name, v := range in {
-		out[name] = manifest.TemplateSecret{
-			Type: v.Type, Size: v.Size, Shared: v.Shared, UserDefined: v.UserDefined, ValidFor: v.ValidFor,
-			Cert: manifest.CertDER(v.Cert), Private: manifest.PrivateKey(v.Private), Public: manifest.PublicKey(v.Public),
-		}
-	}
-	return out
 }
 
 func pemCert(der []byte) []byte {
@@ -426,7 +417,7 @@ type ttlsEntry struct {
 }
 
 // ttlsConfig renders MARBLE_TTLS_CONFIG for a Marble with TLS tags
-// (behaviour.md §11.4); nil without tags.
+// (MarbleRun's format, which its TTLS library reads); nil without tags.
 func ttlsConfig(m *manifest.Manifest, marble manifest.Marble, cur map[string]secrets.Secret, marbleRoot *x509.Certificate, leafDER, keyDER []byte) ([]byte, error) {
 	if len(marble.TLS) == 0 {
 		return nil, nil
@@ -476,4 +467,8 @@ func ttlsConfig(m *manifest.Manifest, marble manifest.Marble, cur map[string]sec
 
 func pemBlock(typ string, der []byte) string {
 	return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
+}
+
+func (c *Core) activate(ctx context.Context, req ActivationRequest) (*Activation, error) {
+	return retry(c, ctx, func() (*Activation, error) { return c.tryActivate(ctx, req) })
 }

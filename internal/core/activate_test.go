@@ -439,7 +439,7 @@ func TestMonotonicCounter(t *testing.T) {
 	if got, err := c2.SetMonotonicCounter(context.Background(), peer, "c", 0); err != nil || got != 9 {
 		t.Fatalf("after a restart: %d, %v", got, err)
 	}
-	// Leaf only (D14), self-signed certificates, user certificates.
+	// Leaf only (intermediates prove nothing), self-signed certificates, user certificates.
 	for name, p := range map[string][]*x509.Certificate{
 		"marble leaf second": {m.cert, leaf},
 		"self-signed":        {m.cert},

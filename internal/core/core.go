@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"io"
 	"log/slog"
 	"sync"
@@ -97,41 +98,51 @@ type Options struct {
 	// state lock in Sync): with the store away, answers come within it
 	// (0: DefaultStoreTimeout).
 	StoreTimeout time.Duration
-	// Rand and Now default to crypto/rand and time.Now.
-	Rand io.Reader
-	Now  func() time.Time
+	// Now is the clock (default time.Now).
+	Now func() time.Time
 }
 
 // Core is the Coordinator. Reads take an immutable snapshot without locking;
 // every change runs under mu, is sealed and stored, and only then becomes
 // visible.
+//
+// Locking: the fields below mu up to rec are guarded by mu (New and load
+// run before the Core is shared and take no lock). The others are set in
+// New and then only read, or are atomic, or carry their own lock (vault's
+// known keys, rec's ephemeral key, events, logs' caches).
 type Core struct {
 	opts Options
 	log  *slog.Logger
 
-	mu    stateLock // serialises state transactions (lock.go)
-	vault vault     // the stored pair of sealed state and key file
+	mu stateLock // serialises state transactions (lock.go)
+	// Guarded by mu:
+	vault *vault.Vault // the stored pair of sealed state and key file
 	// dek is the data key of the current state (kept in memory with
 	// SealMode Disabled too, so that turning sealing on later uses the key
 	// the recovery secrets were made for); nil until known.
 	dek []byte
-
-	// unreadable is the sealed blob found at start that could not be opened
-	// (recovery mode); it is kept for recovery and never overwritten.
+	// unreadable is the sealed blob that could not be opened (recovery
+	// mode), kept for recovery: set on entering recovery mode (again by a
+	// reload that finds it once more), nil once a recovered or new state
+	// is stored in its place.
 	unreadable []byte
 	// recovering is the blob recovery mode was entered for: a reload that
 	// finds the same blob keeps the round (enterRecovery).
 	recovering []byte
 	// header is the current sealed state's public header.
 	header sealHeader
-	// rec is the recovery round (recovery mode only).
+	// rec is the recovery round (recovery mode only); its ephemeral key
+	// has its own lock, its progress is atomic.
 	rec recoveryRound
 
+	// Set in New, then only read:
 	// simulation is set when the Coordinator has no quote issuer: Marble
 	// quotes are then not checked (as MarbleRun does).
 	simulation bool
-	simOnce    sync.Once
-	events     eventLog
+
+	// Safe for concurrent use on their own:
+	simOnce sync.Once
+	events  eventLog // its own lock
 	// sealedSize is the size of the sealed blob the store is known to
 	// hold (0: none).
 	sealedSize atomic.Int64
@@ -231,9 +242,6 @@ type sealHeader struct {
 // state 1 (recovery), leaving the stored blobs untouched. A shared store
 // that cannot be read is an error wrapping ErrUnavailable.
 func New(ctx context.Context, opts Options) (*Core, error) {
-	if opts.Rand == nil {
-		opts.Rand = rand.Reader
-	}
 	if opts.MaxStateBytes <= 0 {
 		opts.MaxStateBytes = DefaultMaxStateBytes
 	}
@@ -258,10 +266,10 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	c := &Core{opts: opts, log: opts.Logger}
 	c.events.limit = opts.ActivationEvents
 	c.logs.segments = opts.LogSegments
-	c.vault = vault{data: opts.Data, key: opts.Key, sealer: opts.KeySealer, log: opts.Logger, storeTimeout: opts.StoreTimeout, rand: opts.Rand}
-	c.vault.instance, c.vault.source = opts.InstanceID, opts.KeySource
+	c.vault = vault.New(vault.Options{Data: opts.Data, Key: opts.Key, Sealer: opts.KeySealer, Log: opts.Logger,
+		StoreTimeout: opts.StoreTimeout, Now: opts.Now, Instance: opts.InstanceID, Source: opts.KeySource})
 	snap, err := c.load(ctx)
-	if errors.Is(err, errSharedRead) {
+	if errors.Is(err, vault.ErrSharedRead) {
 		// Nothing is decided about the state: the start may be tried
 		// again when the store answers (docs/ha.md, "Starting while etcd is
 		// unreachable").
@@ -285,17 +293,17 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 
 // load reads the sealed state and decides the start state.
 func (c *Core) load(ctx context.Context) (*snapshot, error) {
-	blob, err := c.vault.loadBlob(ctx)
+	blob, err := c.vault.LoadBlob(ctx)
 	if err == nil {
 		c.sealedSize.Store(int64(len(blob)))
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		if err := c.vault.setStrayKeyAside(ctx, c.asideSuffix("orphaned")); err != nil {
+		if err := c.vault.SetStrayKeyAside(ctx, c.asideSuffix("orphaned")); err != nil {
 			return nil, err
 		}
 		return c.fresh(eventStartFresh)
 	}
-	if errors.Is(err, errSharedRead) {
+	if errors.Is(err, vault.ErrSharedRead) {
 		return nil, err // etcd unreachable: no reason for recovery mode
 	}
 	if err != nil {
@@ -312,15 +320,15 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return c.enterRecovery(blob, "the sealed state is corrupt", err)
 	}
-	dek, kp := c.vault.keyFor(ctx, blob)
+	dek, kp := c.vault.KeyFor(ctx, blob)
 	if kp != nil {
-		return c.enterRecovery(blob, kp.what, kp.cause)
+		return c.enterRecovery(blob, kp.What, kp.Cause)
 	}
-	_, plaintext, layout, err := c.openState(ctx, dek, blob)
+	_, plaintext, layout, err := c.vault.Open(ctx, dek, blob)
 	switch {
-	case errors.Is(err, errSharedRead):
+	case errors.Is(err, vault.ErrSharedRead):
 		return nil, err // etcd unreachable: no reason for recovery mode
-	case errors.Is(err, errChunks):
+	case errors.Is(err, vault.ErrChunks):
 		return c.enterRecovery(blob, "a chunk of the sealed state in etcd is missing or damaged", err)
 	case err != nil:
 		return c.enterRecovery(blob, "the sealed state does not decrypt with the data key", err)
@@ -329,18 +337,18 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return c.enterRecovery(blob, "the decrypted state is invalid", err)
 	}
-	snap, err := restore(st)
+	snap, err := restore(st, c.opts.Now())
 	if err != nil {
 		return c.enterRecovery(blob, "the decrypted state is invalid", err)
 	}
-	if err := c.vault.checkFetched(snap.manifest.Config.SealMode); err != nil {
+	if err := c.vault.CheckFetched(snap.manifest.Config.SealMode); err != nil {
 		return c.enterRecovery(blob, "the running instance that gave the data key may not hold the key of this state (its quote does not satisfy the state's seal mode)", err)
 	}
 	if snap.state, err = next(StateUninitialized, eventStartSealed); err != nil {
 		return nil, err
 	}
-	c.vault.opened(dek, snap.manifest.Config.SealMode, layout)
-	c.vault.addOwnEntry(ctx)
+	c.vault.Opened(dek, snap.manifest.Config.SealMode, layout)
+	c.vault.AddOwnEntry(ctx)
 	c.dek = dek
 	c.header = hdr
 	if err := c.recordRestore(ctx, snap, blob); err != nil {
@@ -361,7 +369,7 @@ func (c *Core) fresh(e event) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	authority, err := ca.New(c.opts.Rand, c.opts.Names, c.opts.Now())
+	authority, err := ca.New(rand.Reader, c.opts.Names, c.opts.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +412,7 @@ func (c *Core) enterRecoveryWith(blob []byte, what string, cause, refused error)
 
 func decodeState(plaintext []byte) (*sealedState, error) {
 	var st sealedState
-	if err := jsonUnmarshalStrict(plaintext, &st); err != nil {
+	if err := seal.DecodeJSON(plaintext, &st); err != nil {
 		return nil, err
 	}
 	if st.Format != stateFormat {
@@ -413,8 +421,9 @@ func decodeState(plaintext []byte) (*sealedState, error) {
 	return &st, nil
 }
 
-// restore builds a snapshot from a decrypted state.
-func restore(st *sealedState) (*snapshot, error) {
+// restore builds a snapshot from a decrypted state; now dates the
+// checkpoint of a log converted from the old form (ensureLog).
+func restore(st *sealedState, now time.Time) (*snapshot, error) {
 	authority, err := ca.Restore(st.CA)
 	if err != nil {
 		return nil, err
@@ -426,7 +435,7 @@ func restore(st *sealedState) (*snapshot, error) {
 	if st.State != StateAcceptingMarbles {
 		return nil, fmt.Errorf("stored state %d is not %d", st.State, StateAcceptingMarbles)
 	}
-	if err := ensureLog(st); err != nil {
+	if err := ensureLog(st, now); err != nil {
 		return nil, fmt.Errorf("update log: %w", err)
 	}
 	users, err := user.FromManifest(m)
@@ -468,14 +477,14 @@ func (c *Core) issueQuote(ctx context.Context, a *ca.Authority, nonce []byte) ([
 // and header are the current ones: the caller must publish the new state
 // then (and report the error, if any). Callers hold mu.
 func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, dek []byte, mode string) (err error) {
-	start := time.Now()
+	start := c.opts.Now()
 	size := 0
 	defer func() {
-		if stored(err) && size > 0 {
+		if vault.Stored(err) && size > 0 {
 			c.sealedSize.Store(int64(size))
 		}
 		if c.opts.OnCommit != nil {
-			c.opts.OnCommit(CommitResult{Duration: time.Since(start), SealedBytes: size, Err: err})
+			c.opts.OnCommit(CommitResult{Duration: c.opts.Now().Sub(start), SealedBytes: size, Err: err})
 		}
 	}()
 	if err := c.prepareLog(ctx, st, true); err != nil {
@@ -490,7 +499,7 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 	if limit := c.opts.MaxStateBytes; len(plaintext) > limit {
 		return classify(ErrTooLarge, fmt.Errorf("the change would make the state %d bytes, more than its limit of %d bytes (--max-state-size, QUARRY_MAX_STATE_SIZE); nothing was changed", len(plaintext), limit))
 	}
-	plaintext, layout, err := c.splitForStore(dek, plaintext)
+	plaintext, layout, err := c.vault.Split(dek, plaintext)
 	if err != nil {
 		return err
 	}
@@ -498,19 +507,19 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 	if err != nil {
 		return fmt.Errorf("encoding header: %w", err)
 	}
-	blob, err := seal.Seal(c.opts.Rand, dek, hdr, plaintext)
+	blob, err := seal.Seal(rand.Reader, dek, hdr, plaintext)
 	if err != nil {
 		return fmt.Errorf("sealing state: %w", err)
 	}
 	size = len(blob)
 	if layout != nil {
-		size += layout.plainBytes()
+		size += layout.PlainBytes()
 	}
-	err = c.vault.commit(ctx, blob, dek, mode, layout)
-	if stored(err) {
+	err = vaultError(c.vault.Commit(ctx, blob, dek, mode, layout))
+	if vault.Stored(err) {
 		c.dek, c.header = dek, header
 	}
-	if err != nil && stored(err) {
+	if err != nil && vault.Stored(err) {
 		c.log.Error("the state change is stored although the store reported an error", "error", err.Error())
 	}
 	return err
@@ -564,10 +573,10 @@ func (c *Core) Manifest() (ManifestResult, error) {
 	return ManifestResult{Raw: s.persisted.Manifest, Fingerprint: s.fingerprint, Signature: s.persisted.ManifestSignature}, nil
 }
 
-// setManifestOnce validates and sets the first manifest (states 1 and 2), seals
+// trySetManifest validates and sets the first manifest (states 1 and 2), seals
 // and stores the new state, and returns the encrypted recovery secrets. In
 // recovery mode the old sealed files are moved aside first.
-func (c *Core) setManifestOnce(ctx context.Context, raw []byte) (map[string][]byte, error) {
+func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()
@@ -590,7 +599,7 @@ func (c *Core) setManifestOnce(ctx context.Context, raw []byte) (map[string][]by
 	}
 
 	raw = append([]byte(nil), raw...)
-	sig, err := s.ca.SignRoot(c.opts.Rand, raw)
+	sig, err := s.ca.SignRoot(rand.Reader, raw)
 	if err != nil {
 		return nil, fmt.Errorf("signing manifest: %w", err)
 	}
@@ -599,10 +608,10 @@ func (c *Core) setManifestOnce(ctx context.Context, raw []byte) (map[string][]by
 		return nil, err
 	}
 	rootSecret := make([]byte, 32)
-	if _, err := io.ReadFull(c.opts.Rand, rootSecret); err != nil {
+	if _, err := io.ReadFull(rand.Reader, rootSecret); err != nil {
 		return nil, err
 	}
-	dek, recoverySecrets, pub, err := newRecoverySecrets(c.opts.Rand, m)
+	dek, recoverySecrets, pub, err := newRecoverySecrets(rand.Reader, m)
 	if err != nil {
 		return nil, err
 	}
@@ -612,7 +621,7 @@ func (c *Core) setManifestOnce(ctx context.Context, raw []byte) (map[string][]by
 		return nil, classify(ErrInvalidRequest, err)
 	}
 	now := c.opts.Now()
-	generated, err := secrets.Generate(c.opts.Rand, m.Secrets, secretIssuer(s.ca), now)
+	generated, err := secrets.Generate(rand.Reader, m.Secrets, secretIssuer(s.ca), now)
 	if err != nil {
 		if errors.Is(err, secrets.ErrInvalid) {
 			return nil, classify(ErrInvalidRequest, fmt.Errorf("generating secrets from manifest: %w", err))
@@ -634,7 +643,7 @@ func (c *Core) setManifestOnce(ctx context.Context, raw []byte) (map[string][]by
 	if s.state == StateRecovery {
 		// The unrecovered state is replaced: its key file is moved aside
 		// and its blob copied aside (never deleted) first.
-		moved, err := c.vault.replaceUnrecovered(ctx, c.asideSuffix("unrecovered"))
+		moved, err := c.vault.ReplaceUnrecovered(ctx, c.asideSuffix("unrecovered"))
 		if err != nil {
 			return nil, err
 		}
@@ -647,7 +656,7 @@ func (c *Core) setManifestOnce(ctx context.Context, raw []byte) (map[string][]by
 			return nil, err
 		}
 		c.dek, c.header = dek, header
-	} else if storeErr = c.commit(ctx, st, header, dek, m.Config.SealMode); !stored(storeErr) {
+	} else if storeErr = c.commit(ctx, st, header, dek, m.Config.SealMode); !vault.Stored(storeErr) {
 		return nil, storeErr
 	}
 	// The old state is replaced: recovery of it ends here, and only now
@@ -665,4 +674,26 @@ func (c *Core) setManifestOnce(ctx context.Context, raw []byte) (map[string][]by
 	})
 	c.log.Info("manifest set", "manifestFingerprint", fingerprint(raw), "state", int(to), "recoveryMode", string(pub.Mode))
 	return recoverySecrets, storeErr
+}
+
+// persist seals and stores st (under the current data key) unless the seal
+// mode is Disabled, then publishes a snapshot with it. Callers hold mu.
+func (c *Core) persist(ctx context.Context, s *snapshot, st *sealedState) error {
+	var err error
+	if s.manifest.Config.SealMode != manifest.SealModeDisabled {
+		if err = c.commit(ctx, st, c.header, c.dek, s.manifest.Config.SealMode); !vault.Stored(err) {
+			return err
+		}
+	} else if err = c.prepareLog(ctx, st, false); err != nil {
+		return err
+	}
+	next := *s
+	next.persisted = st
+	c.snap.Store(&next)
+	return err
+}
+
+// SetManifest: see trySetManifest.
+func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, error) {
+	return retry(c, ctx, func() (map[string][]byte, error) { return c.trySetManifest(ctx, raw) })
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"maps"
 	"strings"
 
@@ -30,7 +31,7 @@ type MarbleIdentity struct {
 }
 
 // AuthenticateMarble identifies a Marble by the leaf of its TLS client
-// chain only (decision D14): the leaf must verify against the current
+// chain only (intermediates a client sends prove nothing): the leaf must verify against the current
 // Marble Root (certificates issued before an update that renewed it are
 // refused), carry the marble-type extension, and have a UUID as its common
 // name. Any failure is ErrUnauthenticated.
@@ -127,14 +128,14 @@ func (l CounterLimits) checkNew(counters map[string]uint64, id MarbleIdentity, n
 	return nil
 }
 
-// setMonotonicCounterOnce raises the Marble's counter name to value if value is
+// trySetMonotonicCounter raises the Marble's counter name to value if value is
 // larger and returns the previous value (0 for a new counter); a counter
 // never decreases. The change is sealed before it returns. It needs state
 // 3, the MonotonicCounter feature (else ErrForbidden) and a Marble
 // certificate (see AuthenticateMarble); a new counter must fit the
 // CounterLimits (else ErrInvalidRequest for its name, ErrForbidden for
 // the number of counters).
-func (c *Core) setMonotonicCounterOnce(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error) {
+func (c *Core) trySetMonotonicCounter(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()
@@ -165,10 +166,15 @@ func (c *Core) setMonotonicCounterOnce(ctx context.Context, peer []*x509.Certifi
 	}
 	st.MonotonicCounters[key] = value
 	st.Log = st.Log.counted() // recorded as a count (logstore.go)
-	if err := c.persist(ctx, s, &st); !stored(err) {
+	if err := c.persist(ctx, s, &st); !vault.Stored(err) {
 		return 0, err
 	} else if err != nil {
 		return prev, err
 	}
 	return prev, nil
+}
+
+// SetMonotonicCounter: see trySetMonotonicCounter.
+func (c *Core) SetMonotonicCounter(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error) {
+	return retry(c, ctx, func() (uint64, error) { return c.trySetMonotonicCounter(ctx, peer, name, value) })
 }

@@ -35,3 +35,9 @@ var (
 func ErrorClasses() []error {
 	return []error{ErrWrongState, ErrInvalidRequest, ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrConflict, ErrUnavailable, ErrTooLarge}
 }
+
+// classified is an error that belongs to a class (ErrInvalidRequest, …)
+// while keeping its own message and chain.
+type classified struct{ class, err error }
+
+func classify(class, err error) error { return classified{class: class, err: err} }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"log/slog"
 	"strings"
 	"testing"
@@ -24,8 +25,8 @@ import (
 )
 
 var (
-	_ chunkStore        = (*etcdstore.Store)(nil)
-	_ committedNotifier = (*etcdstore.Store)(nil)
+	_ vault.ChunkStore        = (*etcdstore.Store)(nil)
+	_ vault.CommittedNotifier = (*etcdstore.Store)(nil)
 )
 
 // TestSharedUploadWritesLittle: one 1 KiB secret upload into a state of
@@ -259,9 +260,9 @@ func TestSharedHistoryCompacted(t *testing.T) {
 // singleBlobStore hides the chunk capability: the instance on it writes
 // the state as one blob, as versions before the chunked layout did.
 type singleBlobStore struct {
-	sharedStore
-	historyStore
-	changeNotifier
+	vault.SharedStore
+	vault.HistoryStore
+	vault.ChangeNotifier
 	*etcdstore.Store
 }
 
@@ -307,7 +308,7 @@ func TestSharedSingleBlobStateConverted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, plain, err := seal.Open(a.dek, blob); err != nil || !isChunkedHead(plain) {
+	if _, plain, err := seal.Open(a.dek, blob); err != nil || !vault.IsChunkedHead(plain) {
 		t.Fatalf("sealed_data after the commit is not a head (%v)", err)
 	}
 	b := e.instance()

@@ -13,7 +13,8 @@ import (
 // default.
 const DefaultActivationEvents = 10_000
 
-// ActivationEvent is one successful Marble activation (behaviour.md §13).
+// ActivationEvent is one successful Marble activation (kept in memory for
+// the Client API's activation events).
 type ActivationEvent struct {
 	Time       time.Time
 	MarbleType string
@@ -52,7 +53,7 @@ func compactQuote(b []byte) []byte {
 // eventLog keeps the latest activation events in memory, bounded: when
 // full, the oldest is dropped and the drop counted.
 type eventLog struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards the fields below (limit is set before use)
 	limit   int
 	events  []ActivationEvent // ring buffer of at most limit events
 	next    int               // where the next event goes once full

@@ -1,6 +1,7 @@
 package core
 
-// The fault-injection suite (issue 12, D17): every state-changing operation
+// The fault-injection suite (docs/sealing.md; the commit's own suite is
+// internal/vault's crash_test.go): every state-changing operation
 // is run with a failure or a "crash" injected at each of its write steps in
 // turn; afterwards a fresh Coordinator on the same files must open to the
 // state before or the state after the operation — never recovery mode,

@@ -2,13 +2,10 @@ package core
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/quarry-cc/quarry/internal/seal"
-	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/store"
 )
 
@@ -20,29 +17,6 @@ import (
 // (as if it had arrived after the other instance's), and every instance
 // follows the others' changes (Follow) and checks before a request that it
 // serves the newest state (Sync).
-
-// sharedStore is the capability of a store shared by several instances:
-// two blobs (the sealed state and the key file, in another store of the
-// same backend) written and read together.
-type sharedStore interface {
-	SavePair(ctx context.Context, blob []byte, prev store.Revision, other store.Store, otherBlob []byte, otherPrev store.Revision) (store.Revision, error)
-	LoadPair(ctx context.Context, other store.Store) ([]byte, store.Revision, []byte, store.Revision, error)
-	Revisions(ctx context.Context, other store.Store) (store.Revision, store.Revision, error)
-}
-
-// historyStore is the capability of a shared store to tell which write
-// followed a revision (etcdstore.Store.FirstWriteAfter): after a lost
-// reply it decides whether this instance's write landed, even when another
-// instance has written on top of it since.
-type historyStore interface {
-	FirstWriteAfter(ctx context.Context, after store.Revision) ([]byte, error)
-}
-
-// changeNotifier is the capability of a shared store to say when another
-// instance may have changed it.
-type changeNotifier interface {
-	Changes(ctx context.Context) <-chan struct{}
-}
 
 // maxConflictRetries bounds how often one request runs again after losing
 // a compare-and-swap to another instance.
@@ -57,126 +31,7 @@ const reloadTimeout = 30 * time.Second
 const DefaultStoreTimeout = 2 * time.Second
 
 // Shared reports whether the state is shared with other instances.
-func (c *Core) Shared() bool { return c.vault.shared() != nil }
-
-func (v *vault) shared() sharedStore {
-	s, _ := v.data.(sharedStore)
-	return s
-}
-
-// loadShared reads the sealed state and the key file at one revision; the
-// key file is kept for keyFor.
-func (v *vault) loadShared(ctx context.Context, s sharedStore) ([]byte, error) {
-	blob, rev, key, krev, err := s.LoadPair(ctx, v.key)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errSharedRead, err)
-	}
-	v.pairKey, v.pairKeyRev, v.pairLoaded = key, krev, true
-	v.keyRev = krev
-	if blob == nil {
-		v.dataRev, v.disk = "", nil
-		return nil, store.ErrNotFound
-	}
-	v.dataRev = rev
-	v.disk = &storedBlob{blob: blob, binding: seal.Binding(blob)}
-	return blob, nil
-}
-
-// errSharedRead: the shared store cannot be read (etcd unreachable). That
-// is no reason for recovery mode: the start fails, a follower keeps its
-// state.
-var errSharedRead = errors.New("the shared store cannot be read")
-
-// commitShared writes the key file and blob in one compare-and-swap on
-// both revisions. A lost swap is store.ErrConflict and changes nothing.
-// When the store fails otherwise, the outcome is read back (by the blob's
-// binding): landed → nil, as if nothing had failed; not landed → an
-// error, nothing changed; unknown → an error, and the next request reloads
-// whatever is stored (a repeated swap on the old revisions conflicts when
-// the write landed, so nothing is applied twice). When another instance
-// has written since, what is stored now says nothing about this write: the
-// store's history decides (the first write after the revision this one
-// was based on is either this one, which then landed, or another, which
-// made this swap fail). Every failure wraps ErrUnavailable (503, Retry-After).
-func (v *vault) commitShared(ctx context.Context, s sharedStore, blob, keyFile, dek []byte, mode string, layout *stateLayout) error {
-	binding := seal.Binding(blob)
-	rev, err := v.saveShared(ctx, s, blob, keyFile, layout, v.rand)
-	if err == nil {
-		v.dataRev, v.keyRev = rev, rev
-		v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode, layout: layout}
-		v.committed(keyFile, dek, mode)
-		v.committedChunks(layout, rev)
-		return nil
-	}
-	if errors.Is(err, ErrTooLarge) {
-		return err
-	}
-	if errors.Is(err, store.ErrConflict) {
-		return fmt.Errorf("storing sealed state: %w", err)
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.storeTimeout)
-	defer cancel()
-	for {
-		got, grev, _, krev, rerr := s.LoadPair(rctx, v.key)
-		if rerr == nil {
-			if got != nil && seal.Binding(got) == binding {
-				v.dataRev, v.keyRev = grev, krev
-				v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode, layout: layout}
-				v.committed(keyFile, dek, mode)
-				v.committedChunks(layout, grev)
-				v.log.Warn("the store reported an error, but reading back shows the change was stored", "error", err.Error())
-				return nil
-			}
-			if grev == v.dataRev && krev == v.keyRev {
-				return fmt.Errorf("%w: storing sealed state: %w (nothing was changed)", ErrUnavailable, err)
-			}
-			// Another instance wrote since: the next request follows
-			// the newer state whatever happened to this write.
-			v.unsure = true
-			landed, herr := v.landedBefore(rctx, s, binding)
-			switch {
-			case herr != nil:
-				return fmt.Errorf("%w: storing sealed state: %w; %w (another instance changed the state since, and the store's history does not tell: %v)", ErrUnavailable, err, errOutcomeUnknown, herr)
-			case landed:
-				// Stored, and another instance built on it: the answer
-				// is success; the next request reloads the newer state.
-				v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode, layout: layout}
-				v.committed(keyFile, dek, mode)
-				v.committedChunks(layout, "")
-				v.log.Warn("the store reported an error, but its history shows the change was stored (another instance has changed the state since)", "error", err.Error())
-				return nil
-			}
-			return fmt.Errorf("%w: storing sealed state: %w (nothing was changed; another instance changed the state first)", ErrUnavailable, err)
-		}
-		select {
-		case <-rctx.Done():
-			v.unsure = true
-			return fmt.Errorf("%w: storing sealed state: %w; %w (the store cannot be read back: %v)", ErrUnavailable, err, errOutcomeUnknown, rerr)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// landedBefore reports whether the write of the blob with binding was the
-// first change of the stored state after the revision it was based on
-// (the vault's dataRev), from the store's history.
-func (v *vault) landedBefore(ctx context.Context, s sharedStore, binding [32]byte) (bool, error) {
-	h, ok := s.(historyStore)
-	if !ok {
-		return false, errors.New("the store keeps no history")
-	}
-	if v.dataRev == "" {
-		return false, errors.New("the write was the first one (no revision to look after)")
-	}
-	first, err := h.FirstWriteAfter(ctx, v.dataRev)
-	if errors.Is(err, store.ErrNotFound) {
-		return false, nil // the state did not change since (only the key file did)
-	}
-	if err != nil {
-		return false, err
-	}
-	return first != nil && seal.Binding(first) == binding, nil
-}
+func (c *Core) Shared() bool { return c.vault.Shared() }
 
 // Sync makes sure that the state served is the newest stored one: with a
 // shared store it compares the stored revisions (a linearizable read) with
@@ -184,8 +39,7 @@ func (v *vault) landedBefore(ctx context.Context, s sharedStore, binding [32]byt
 // shared store it does nothing. An error means the store cannot be reached
 // (the request should be refused as unavailable).
 func (c *Core) Sync(ctx context.Context) error {
-	s := c.vault.shared()
-	if s == nil {
+	if !c.vault.Shared() {
 		return nil
 	}
 	// The store timeout bounds the check and the wait for the lock: with
@@ -195,7 +49,7 @@ func (c *Core) Sync(ctx context.Context) error {
 	// timeout to read while the store answers.
 	bctx, cancel := context.WithTimeout(ctx, c.opts.StoreTimeout)
 	defer cancel()
-	drev, krev, err := s.Revisions(bctx, c.vault.key)
+	drev, krev, err := c.vault.StoredRevisions(bctx)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -220,7 +74,7 @@ func (c *Core) Sync(ctx context.Context) error {
 		}
 	}
 	defer c.mu.Unlock()
-	if !c.vault.unsure && drev == c.vault.dataRev && krev == c.vault.keyRev {
+	if vd, vk := c.vault.Revisions(); !c.vault.Unsure() && drev == vd && krev == vk {
 		c.clean.Store(&[2]store.Revision{drev, krev})
 		return nil
 	}
@@ -233,8 +87,9 @@ func (c *Core) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !c.vault.unsure {
-		c.clean.Store(&[2]store.Revision{c.vault.dataRev, c.vault.keyRev})
+	if !c.vault.Unsure() {
+		vd, vk := c.vault.Revisions()
+		c.clean.Store(&[2]store.Revision{vd, vk})
 	}
 	return nil
 }
@@ -252,14 +107,12 @@ func (c *Core) refresh(ctx context.Context) error {
 // hold mu.
 func (c *Core) reload(ctx context.Context) error {
 	old := c.snap.Load()
-	v := &c.vault
-	prevDisk, prevData, prevKey := v.disk, v.dataRev, v.keyRev
-	v.disk, v.unsure, v.attempted = nil, false, nil
+	undo := c.vault.Forget()
 	prevUnreadable := c.unreadable
 	c.unreadable = nil
 	snap, err := c.load(ctx)
 	if err != nil {
-		v.disk, v.dataRev, v.keyRev, v.unsure = prevDisk, prevData, prevKey, true
+		undo()
 		c.unreadable = prevUnreadable
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -284,11 +137,10 @@ func (c *Core) reload(ctx context.Context) error {
 // until ctx ends. Without a shared store that can signal it returns at
 // once.
 func (c *Core) Follow(ctx context.Context) {
-	n, ok := c.vault.data.(changeNotifier)
-	if !ok || c.vault.shared() == nil {
+	changes, ok := c.vault.Changes(ctx)
+	if !ok {
 		return
 	}
-	changes := n.Changes(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -303,7 +155,8 @@ func (c *Core) Follow(ctx context.Context) {
 	}
 }
 
-// retry runs op, and after a compare-and-swap lost to another instance
+// retry runs op (one attempt of a state-changing use case: the public
+// SetManifest, Update, ... wrap their try* function in it), and after a compare-and-swap lost to another instance
 // reloads the newer state and runs op again: op re-checks the request
 // against it, so the answer is the one it would have had after the other
 // instance's change.
@@ -316,7 +169,7 @@ func retry[T any](c *Core, ctx context.Context, op func() (T, error)) (T, error)
 	}
 	for attempt := 1; ; attempt++ {
 		v, err := op()
-		if err == nil || !errors.Is(err, store.ErrConflict) || c.vault.shared() == nil {
+		if err == nil || !errors.Is(err, store.ErrConflict) || !c.vault.Shared() {
 			return v, err
 		}
 		if attempt >= maxConflictRetries {
@@ -327,47 +180,4 @@ func retry[T any](c *Core, ctx context.Context, op func() (T, error)) (T, error)
 			return v, rerr
 		}
 	}
-}
-
-// The state-changing use cases, each run against the newest state and
-// again after a lost swap.
-
-// SetManifest: see setManifestOnce.
-func (c *Core) SetManifest(ctx context.Context, raw []byte) (map[string][]byte, error) {
-	return retry(c, ctx, func() (map[string][]byte, error) { return c.setManifestOnce(ctx, raw) })
-}
-
-// SetSecrets: see setSecretsOnce.
-func (c *Core) SetSecrets(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error {
-	_, err := retry(c, ctx, func() (struct{}, error) { return struct{}{}, c.setSecretsOnce(ctx, peer, uploads) })
-	return err
-}
-
-// SetMonotonicCounter: see setMonotonicCounterOnce.
-func (c *Core) SetMonotonicCounter(ctx context.Context, peer []*x509.Certificate, name string, value uint64) (uint64, error) {
-	return retry(c, ctx, func() (uint64, error) { return c.setMonotonicCounterOnce(ctx, peer, name, value) })
-}
-
-// Update: see updateOnce.
-func (c *Core) Update(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
-	return retry(c, ctx, func() (UpdateResult, error) { return c.updateOnce(ctx, peer, raw) })
-}
-
-// AcknowledgeUpdate: see acknowledgeUpdateOnce.
-func (c *Core) AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
-	return retry(c, ctx, func() (UpdateResult, error) { return c.acknowledgeUpdateOnce(ctx, peer, raw) })
-}
-
-// CancelUpdate: see cancelUpdateOnce.
-func (c *Core) CancelUpdate(ctx context.Context, peer []*x509.Certificate) error {
-	_, err := retry(c, ctx, func() (struct{}, error) { return struct{}{}, c.cancelUpdateOnce(ctx, peer) })
-	return err
-}
-
-func (c *Core) recover(ctx context.Context, secret, signature []byte, signed bool) (RecoverResult, error) {
-	return retry(c, ctx, func() (RecoverResult, error) { return c.recoverOnce(ctx, secret, signature, signed) })
-}
-
-func (c *Core) activate(ctx context.Context, req ActivationRequest) (*Activation, error) {
-	return retry(c, ctx, func() (*Activation, error) { return c.activateOnce(ctx, req) })
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,8 +56,14 @@ func (e *sharedEnv) stores() (*etcdstore.Store, *etcdstore.Store) {
 // instance starts a Coordinator on the shared prefix.
 func (e *sharedEnv) instance() *Core {
 	e.t.Helper()
+	return e.instanceWrapped(func(s store.Store) store.Store { return s })
+}
+
+// instanceWrapped is instance with the data store wrapped by wrap.
+func (e *sharedEnv) instanceWrapped(wrap func(store.Store) store.Store) *Core {
+	e.t.Helper()
 	data, key := e.stores()
-	c, err := New(e.t.Context(), Options{Data: data, Key: key, KeySealer: seal.SimulationKeySealer{}})
+	c, err := New(e.t.Context(), Options{Data: wrap(data), Key: key, KeySealer: seal.SimulationKeySealer{}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -131,22 +138,26 @@ func TestSharedInstancesFollowEachOther(t *testing.T) {
 func TestLostSwapRunsAgainAfterTheOther(t *testing.T) {
 	cluster := etcdtest.Start(t, 1)
 	e := newSharedEnv(t, cluster)
-	a, b := e.instance(), e.instance()
+	var bs *beforeSwap
+	a, b := e.instance(), e.instanceWrapped(func(s store.Store) store.Store {
+		bs = &beforeSwap{SharedStore: s.(*etcdstore.Store), ChunkStore: s.(*etcdstore.Store), Store: s}
+		return bs
+	})
 	if _, err := a.SetManifest(t.Context(), e.w.manifest(manifestOpts{})); err != nil {
 		t.Fatal(err)
 	}
 	mustSync(t, b)
 	// a writes after b has synced and computed its change, right before
 	// b's swap: b's swap loses, reloads and runs again.
-	b.vault.data = &beforeSwap{sharedStore: b.vault.data.(*etcdstore.Store), chunkStore: b.vault.data.(*etcdstore.Store), Store: b.vault.data, hook: func() {
+	bs.hook = func() {
 		if err := e.upload(a, "uploaded", "first, at a"); err != nil {
 			t.Error(err)
 		}
-	}}
+	}
 	if err := e.upload(b, "followup", "second, at b"); err != nil {
 		t.Fatalf("b's write after a lost swap: %v", err)
 	}
-	if n := b.vault.data.(*beforeSwap).swaps; n != 2 {
+	if n := bs.swaps; n != 2 {
 		t.Fatalf("b swapped %d times, want 2 (one lost, one after reloading)", n)
 	}
 	mustSync(t, a)
@@ -367,21 +378,25 @@ func TestSyncWithEtcdGone(t *testing.T) {
 	}
 }
 
-// beforeSwap runs hook once before the first SavePair or SaveHead.
+// beforeSwap runs hook once before the first SavePair or SaveHead after
+// hook is set, and counts the swaps from then on.
 type beforeSwap struct {
-	sharedStore
-	chunkStore
+	vault.SharedStore
+	vault.ChunkStore
 	store.Store
 	hook  func()
 	swaps int
 }
 
 func (b *beforeSwap) SaveHead(ctx context.Context, blob []byte, prev store.Revision, other store.Store, otherBlob []byte, otherPrev store.Revision, puts map[string][]byte, deletes []string) (store.Revision, error) {
+	if b.hook == nil {
+		return b.ChunkStore.SaveHead(ctx, blob, prev, other, otherBlob, otherPrev, puts, deletes)
+	}
 	b.swaps++
 	if b.swaps == 1 {
 		b.hook()
 	}
-	return b.chunkStore.SaveHead(ctx, blob, prev, other, otherBlob, otherPrev, puts, deletes)
+	return b.ChunkStore.SaveHead(ctx, blob, prev, other, otherBlob, otherPrev, puts, deletes)
 }
 
 func (b *beforeSwap) Load(ctx context.Context) ([]byte, store.Revision, error) {
@@ -393,5 +408,5 @@ func (b *beforeSwap) SavePair(ctx context.Context, blob []byte, prev store.Revis
 	if b.swaps == 1 {
 		b.hook()
 	}
-	return b.sharedStore.SavePair(ctx, blob, prev, other, otherBlob, otherPrev)
+	return b.SharedStore.SavePair(ctx, blob, prev, other, otherBlob, otherPrev)
 }

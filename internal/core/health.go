@@ -49,8 +49,8 @@ var ErrStoreUnavailable = errors.New("the store of the sealed state is not reach
 func (c *Core) CheckStore(ctx context.Context) error {
 	stored := c.sealedSize.Load() > 0
 	running := c.Status() == StateAcceptingMarbles
-	if s := c.vault.shared(); s != nil {
-		drev, krev, err := s.Revisions(ctx, c.vault.key)
+	if c.vault.Shared() {
+		drev, krev, err := c.vault.StoredRevisions(ctx)
 		switch {
 		case err != nil:
 			return fmt.Errorf("%w: reading the revisions of the sealed state: %w", ErrStoreUnavailable, err)

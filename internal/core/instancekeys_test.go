@@ -184,7 +184,8 @@ func TestInstanceKeyEntries(t *testing.T) {
 
 // TestInstanceKeyFileOlderThanBlob: the key records bind keys to blobs
 // even though the sealed entries do not: an older key file with a newer
-// blob is refused (recovery mode), as D17 requires.
+// blob is refused (recovery mode): a key file opens only the blob it is
+// bound to (docs/sealing.md).
 func TestInstanceKeyFileOlderThanBlob(t *testing.T) {
 	cluster := etcdtest.Start(t, 1)
 	e := newSharedEnv(t, cluster)

@@ -105,6 +105,7 @@ type logStore struct {
 	// the state (no segments).
 	segments func(n uint64) (store.Store, error)
 
+	// mu guards cacheID, cache, rootDER and rootKey.
 	mu      sync.Mutex
 	cacheID []byte
 	cache   map[uint64][]logchain.Record
@@ -237,7 +238,7 @@ func (c *Core) writeSegment(ctx context.Context, l *logState, n uint64, prev log
 	if err != nil {
 		return err
 	}
-	blob, err := seal.Seal(c.opts.Rand, l.Key, hdr, plaintext)
+	blob, err := seal.Seal(rand.Reader, l.Key, hdr, plaintext)
 	if err != nil {
 		return fmt.Errorf("sealing update log segment %d: %w", n, err)
 	}
@@ -402,7 +403,7 @@ func segmentChainError(what string) error {
 // its entries become the start of the chain. The converted state is
 // written (its entries into segments) with the next change; until then the
 // stored state is the old one, so a crash at any point loses nothing.
-func ensureLog(st *sealedState) error {
+func ensureLog(st *sealedState, now time.Time) error {
 	if st.Log != nil {
 		return nil
 	}
@@ -418,7 +419,7 @@ func ensureLog(st *sealedState) error {
 	if err != nil {
 		return fmt.Errorf("root key: %w", err)
 	}
-	if l.Checkpoint, err = logchain.Sign(rand.Reader, key, l.head(), time.Now()); err != nil {
+	if l.Checkpoint, err = logchain.Sign(rand.Reader, key, l.head(), now); err != nil {
 		return err
 	}
 	st.Log = l

@@ -404,7 +404,7 @@ func storeOldFormat(t *testing.T, c *Core, st sealedState) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.vault.commit(context.Background(), blob, c.dek, c.snap.Load().manifest.Config.SealMode, nil); err != nil {
+	if err := c.vault.Commit(context.Background(), blob, c.dek, c.snap.Load().manifest.Config.SealMode, nil); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,7 +1,6 @@
 package core
 
-// Taking over a MarbleRun Coordinator's sealed state (issue 17,
-// docs/migration.md). A seal directory whose sealed_data is MarbleRun's is
+// Taking over a MarbleRun Coordinator's sealed state (docs/migration.md). A seal directory whose sealed_data is MarbleRun's is
 // opened (with MarbleRun's no-enclave data key from sealed_key, only when
 // the key sealer does not protect the key, or through MarbleRun's recovery
 // secrets, signed in an enclave), converted into Quarry's sealed state, and
@@ -20,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"maps"
 	"slices"
 
@@ -197,11 +197,11 @@ func (c *Core) loadMarbleRun(ctx context.Context, blob []byte, sd *marblerun.Sea
 		off := migrationOffError(c.opts.MigrateMarbleRun)
 		return c.enterRecoveryRefused(blob, "sealed_data is a MarbleRun state, which this Coordinator does not migrate", off)
 	}
-	dek, raw, rev, why, err := marbleRunKey(ctx, c.vault.key, c.opts.KeySealer, blob, sd)
+	dek, raw, rev, why, err := marbleRunKey(ctx, c.vault.KeyStore(), c.opts.KeySealer, blob, sd)
 	if err != nil {
 		return nil, err
 	}
-	c.vault.keyRev = rev
+	c.vault.KeyRead(rev)
 	if dek == nil {
 		c.log.Warn("MarbleRun state found; its data key is not available, so it is migrated after a recovery with MarbleRun's recovery secrets", "why", why, "signedOnly", seal.ProtectsKey(c.opts.KeySealer))
 		c.unreadable = blob
@@ -227,7 +227,7 @@ func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedDat
 	for _, w := range report.Warnings {
 		c.log.Warn("migration: " + w)
 	}
-	snap, err := restore(st)
+	snap, err := restore(st, c.opts.Now())
 	if err != nil {
 		return nil, fmt.Errorf("%w: the converted state is invalid: %v", ErrMigration, err)
 	}
@@ -242,7 +242,7 @@ func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedDat
 	}
 	suffix := c.asideSuffix("marblerun")
 	var kept []string
-	copier, ok := c.vault.data.(store.Copier)
+	copier, ok := c.vault.DataStore().(store.Copier)
 	if !ok {
 		return nil, errors.New("the store of the sealed state cannot keep a copy of MarbleRun's sealed_data; refusing to migrate")
 	}
@@ -252,7 +252,7 @@ func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedDat
 	}
 	kept = append(kept, where)
 	if keyIsMarbleRuns {
-		kc, ok := c.vault.key.(store.Copier)
+		kc, ok := c.vault.KeyStore().(store.Copier)
 		if !ok {
 			return nil, errors.New("the store of the sealed key cannot keep a copy of MarbleRun's sealed_key; refusing to migrate")
 		}
@@ -267,7 +267,7 @@ func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedDat
 		// As after any recovery: the key file that could not open the
 		// state is moved aside (MarbleRun's, so it is kept under the
 		// migration's suffix).
-		if err := c.vault.recovered(ctx, suffix); err != nil {
+		if err := c.vault.Recovered(ctx, suffix); err != nil {
 			return nil, err
 		}
 	}
@@ -276,8 +276,8 @@ func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedDat
 	// writes of the commit leaves MarbleRun's blob with a key file that
 	// opens it, and the next start migrates again. Without that entry the
 	// key file would belong to another state (ErrMixedFormats).
-	c.vault.opened(dek, mode, nil)
-	if err := c.commit(ctx, st, hdr, dek, mode); !stored(err) {
+	c.vault.Opened(dek, mode, nil)
+	if err := c.commit(ctx, st, hdr, dek, mode); !vault.Stored(err) {
 		return nil, fmt.Errorf("writing the migrated state: %w", err)
 	}
 	c.log.Info("MarbleRun state migrated: the seal directory now holds Quarry's sealed state; MarbleRun's files are kept",
@@ -377,7 +377,8 @@ func convertState(mr *marblerun.State, sd *marblerun.SealedData, dek []byte) (*s
 	}
 	rootSecret := mr.RootSecret
 	if len(rootSecret) == 0 {
-		// MarbleRun's fallback for states without one (behaviour.md §5.1).
+		// MarbleRun's fallback for states without one: it derives from
+		// the root key then.
 		rootSecret = mr.RootKey
 		warn("the state has no rootSecret; the root key's bytes are used as MarbleRun does")
 	}

@@ -25,7 +25,7 @@ var previousEnv = map[string]string{
 	"PREV_ECDSA":  "{{ pem .Previous.Secrets.certECDSAShared.Cert }}",
 }
 
-// perMarbleKey is behaviour.md §5.1's derivation of a per-Marble symmetric
+// perMarbleKey is MarbleRun's derivation of a per-Marble symmetric
 // key: HKDF-SHA256, IKM the root secret, salt the UUID's canonical string
 // and the secret's name, info the Marble type.
 func perMarbleKey(t *testing.T, root []byte, uuid, name, marble string, size int) string {
@@ -39,7 +39,7 @@ func perMarbleKey(t *testing.T, root []byte, uuid, name, marble string, size int
 
 // TestMigratePreviousSecrets: MarbleRun's previousRootSecret and
 // previousSecret:* survive the migration (and a restart) with their meaning
-// (behaviour.md §1.12, §5.1, §7.3): a Marble's .Previous.Secrets shows the
+// (as in MarbleRun, docs/migration.md): a Marble's .Previous.Secrets shows the
 // stored previous values of shared secrets, and per-Marble keys derived from
 // previousRootSecret; without a previousRootSecret (as MarbleRun wrote the
 // vector) from the current root secret.

@@ -27,7 +27,8 @@ func (r *recoveryRound) startMarbleRun(sd *marblerun.SealedData, ttl time.Durati
 
 // startMigrated prepares the recovery of a migrated state that kept
 // MarbleRun's XOR or Shamir shares: the recovery keys are in the header,
-// so each upload's signature is checked on arrival (decision D6) and
+// so each upload's signature is checked on arrival (a bad share is refused
+// at once, not after the round is complete) and
 // matched to an unused key.
 func (r *recoveryRound) startMigrated(blob []byte, hdr sealHeader, ttl time.Duration, now func() time.Time) {
 	keys := make(map[string]*rsa.PublicKey, len(hdr.Recovery.Keys))
@@ -86,7 +87,8 @@ func (c *Core) recoverMarbleRun(ctx context.Context, key []byte, shares []marble
 	if err != nil {
 		return fmt.Errorf("%w: the stored manifest: %v", ErrMigration, err)
 	}
-	// MarbleRun's final check (behaviour.md §6.3 step 4), here before
+	// MarbleRun's final check (the recovered state's recovery keys are the
+	// manifest's), here before
 	// anything is written.
 	if _, err := marblerun.CheckSignatures(shares, recoveryKeys(m), int(m.Config.RecoveryThreshold)); err != nil {
 		return classify(ErrInvalidRequest, fmt.Errorf("%w; upload the recovery secrets again", err))

@@ -211,7 +211,7 @@ func TestMigrateVectorsThroughRecovery(t *testing.T) {
 
 // TestMigratedStateRecoversWithMarbleRunSecrets: after the migration the
 // manifest's recovery keys (MarbleRun's recovery secrets) recover Quarry's
-// own state; a share's signature is checked on arrival (D6).
+// own state; a share's signature is checked on arrival.
 func TestMigratedStateRecoversWithMarbleRunSecrets(t *testing.T) {
 	for _, name := range vectorNames {
 		t.Run(name, func(t *testing.T) {

@@ -3,11 +3,13 @@ package core
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"io"
 	"slices"
 	"sync"
@@ -25,6 +27,7 @@ import (
 // share collector for the unreadable blob (or why it cannot be recovered),
 // and the ephemeral key, created on first request and kept in memory only.
 type recoveryRound struct {
+	// collector, cannot, shares and marbleRun are guarded by Core.mu.
 	collector *recovery.Collector
 	cannot    error // why the blob cannot be recovered at all
 	// shares collects MarbleRun's recovery secrets instead of collector:
@@ -37,7 +40,7 @@ type recoveryRound struct {
 	progress atomic.Pointer[roundProgress]
 
 	ephMu sync.Mutex
-	eph   *rsa.PrivateKey
+	eph   *rsa.PrivateKey // guarded by ephMu
 }
 
 // start prepares recovery of blob: its public header names the recovery
@@ -94,7 +97,7 @@ func (r *recoveryRound) stop() {
 }
 
 // newRecoverySecrets makes a new data key and the recovery secrets for m's
-// recovery keys (behaviour.md §6.1).
+// recovery keys (one secret per key, encrypted to it: docs/sealing.md).
 func newRecoverySecrets(rand io.Reader, m *manifest.Manifest) (dek []byte, secrets map[string][]byte, pub recovery.Public, err error) {
 	keys := make(map[string]*rsa.PublicKey, len(m.RecoveryKeys))
 	for name, text := range m.RecoveryKeys {
@@ -122,14 +125,8 @@ func decodeHeader(blob []byte) (sealHeader, error) {
 	return h, nil
 }
 
-// classified is an error that belongs to a class (ErrInvalidRequest, …)
-// while keeping its own message and chain.
-type classified struct{ class, err error }
-
 func (e classified) Error() string   { return e.err.Error() }
 func (e classified) Unwrap() []error { return []error{e.class, e.err} }
-
-func classify(class, err error) error { return classified{class: class, err: err} }
 
 // RecoveryPublicKey returns the ephemeral RSA public key (PKIX DER) that
 // recovery secrets may be encrypted to. It is created on first use and kept
@@ -142,7 +139,7 @@ func (c *Core) RecoveryPublicKey(context.Context) ([]byte, error) {
 	r.ephMu.Lock()
 	defer r.ephMu.Unlock()
 	if r.eph == nil {
-		k, err := rsa.GenerateKey(c.opts.Rand, c.opts.EphemeralKeyBits)
+		k, err := rsa.GenerateKey(rand.Reader, c.opts.EphemeralKeyBits)
 		if err != nil {
 			return nil, fmt.Errorf("generating ephemeral key: %w", err)
 		}
@@ -158,7 +155,8 @@ type RecoverResult struct {
 }
 
 // Recover takes one recovery secret (plain, or encrypted to the ephemeral
-// key) with its signature. Each upload is checked at once (decision D6);
+// key) with its signature. Each upload is checked at once (a bad share is
+// refused when it arrives, not after the round is complete);
 // a rejected upload leaves the round as it was. When enough shares are in,
 // the sealed state is decrypted, checked against the sealed manifest,
 // restored with its root certificate, and sealed again under a fresh sealed
@@ -175,14 +173,15 @@ var errUnsignedInEnclave = errors.New("a Coordinator in an enclave takes recover
 	"upload them with POST /api/v2/recover (marblerun recover, quarry recover)")
 
 // RecoverUnsigned is Recover for the unprefixed API, whose request carries
-// the plain secret without a signature (decision D11). The secret must still
+// the plain secret without a signature (MarbleRun's v1 API, off unless
+// enabled). The secret must still
 // be one of the sealed state's shares. A Coordinator whose key sealer
 // protects the data key (an enclave) refuses it with ErrForbidden.
 func (c *Core) RecoverUnsigned(ctx context.Context, secret []byte) (RecoverResult, error) {
 	return c.recover(ctx, secret, nil, false)
 }
 
-func (c *Core) recoverOnce(ctx context.Context, secret, signature []byte, signed bool) (RecoverResult, error) {
+func (c *Core) tryRecover(ctx context.Context, secret, signature []byte, signed bool) (RecoverResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()
@@ -229,7 +228,7 @@ func (c *Core) recoverOnce(ctx context.Context, secret, signature []byte, signed
 		return RecoverResult{Remaining: remaining}, nil
 	}
 	if err := c.restoreWith(ctx, key); err != nil {
-		if !stored(err) {
+		if !vault.Stored(err) {
 			r.collector.Reset()
 		}
 		return RecoverResult{}, err
@@ -240,11 +239,11 @@ func (c *Core) recoverOnce(ctx context.Context, secret, signature []byte, signed
 // restoreWith opens the unreadable blob with key, checks it, and makes it
 // the current state.
 func (c *Core) restoreWith(ctx context.Context, key []byte) error {
-	hdrRaw, plaintext, layout, err := c.openState(ctx, key, c.unreadable)
+	hdrRaw, plaintext, layout, err := c.vault.Open(ctx, key, c.unreadable)
 	switch {
-	case errors.Is(err, errSharedRead):
+	case errors.Is(err, vault.ErrSharedRead):
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	case errors.Is(err, errChunks):
+	case errors.Is(err, vault.ErrChunks):
 		return classify(ErrConflict, fmt.Errorf("the recovery secrets decrypt the sealed state, but it is damaged in etcd (%w); set a new manifest to start over", err))
 	case err != nil:
 		return classify(ErrInvalidRequest, fmt.Errorf("the combined recovery secrets do not decrypt the sealed state: %w", err))
@@ -257,7 +256,7 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	if err != nil {
 		return fmt.Errorf("the decrypted state is invalid: %w", err)
 	}
-	snap, err := restore(st)
+	snap, err := restore(st, c.opts.Now())
 	if err != nil {
 		return fmt.Errorf("the decrypted state is invalid: %w", err)
 	}
@@ -274,12 +273,10 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	if snap.quote, err = c.issueQuote(ctx, snap.ca, nil); err != nil {
 		return err
 	}
-	if err := c.vault.recovered(ctx, c.asideSuffix("unusable")); err != nil {
+	if err := c.vault.Recovered(ctx, c.asideSuffix("unusable")); err != nil {
 		return err
 	}
-	if d := c.vault.disk; d != nil && layout != nil && bytes.Equal(d.blob, c.unreadable) {
-		d.layout = layout // its chunks are stored: the commit keeps them
-	}
+	c.vault.KeepChunks(c.unreadable, layout) // its chunks are stored: the commit keeps them
 	// A state restored from a backup onto another machine is recovered
 	// here: the restore is recorded before the recovery (restored.go).
 	restored, done, err := c.restoreRecord(ctx, snap, c.unreadable)
@@ -292,7 +289,7 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	}
 	st.UpdateLog = append(st.UpdateLog, updatelog.Recovered(c.opts.Now(), snap.fingerprint))
 	err = c.commit(ctx, st, hdr, key, snap.manifest.Config.SealMode)
-	if !stored(err) {
+	if !vault.Stored(err) {
 		return err
 	}
 	if done != nil {
@@ -325,4 +322,8 @@ func sameRecoveryKeys(m *manifest.Manifest, pub recovery.Public) error {
 		}
 	}
 	return nil
+}
+
+func (c *Core) recover(ctx context.Context, secret, signature []byte, signed bool) (RecoverResult, error) {
+	return retry(c, ctx, func() (RecoverResult, error) { return c.tryRecover(ctx, secret, signature, signed) })
 }

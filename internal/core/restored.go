@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"slices"
 
 	"github.com/quarry-cc/quarry/api/logchain"
@@ -88,7 +89,7 @@ func (c *Core) recordRestore(ctx context.Context, s *snapshot, blob []byte) erro
 	}
 	st := *s.persisted
 	st.UpdateLog = append(slices.Clip(st.UpdateLog), entry)
-	if err := c.commit(ctx, &st, c.header, c.dek, s.manifest.Config.SealMode); !stored(err) {
+	if err := c.commit(ctx, &st, c.header, c.dek, s.manifest.Config.SealMode); !vault.Stored(err) {
 		return fmt.Errorf("recording the restore from a backup in the update log: %w", err)
 	}
 	s.persisted = &st
@@ -99,7 +100,7 @@ func (c *Core) recordRestore(ctx context.Context, s *snapshot, blob []byte) erro
 // markerAside moves the restore marker aside (never deleting it), with a
 // warning when why is set.
 func (c *Core) markerAside(ctx context.Context, what, why string, cause error) {
-	where, err := moveAside(ctx, c.opts.RestoreMarker, c.asideSuffix(what))
+	where, err := store.MoveAside(ctx, c.opts.RestoreMarker, c.asideSuffix(what))
 	if err != nil {
 		c.log.Error("the restore marker cannot be moved aside", "error", err.Error())
 		return

@@ -93,7 +93,8 @@ func TestKeyFileDirectoryIsRecovered(t *testing.T) {
 	}
 }
 
-// States written before D17 have the raw data key in sealed_key.
+// States written before the key file bound keys to blobs have the raw
+// data key in sealed_key.
 func TestLegacyRawKeyFileOpens(t *testing.T) {
 	e, w := newSealingEnv(t)
 	e.set(t, manifestOpts{threshold: 1})
@@ -144,7 +145,7 @@ func TestKeyFileBindsKeysToBlobs(t *testing.T) {
 	}
 }
 
-// SealMode changes (issue 12): Disabled → sealing works with the recovery
+// SealMode changes (docs/sealing.md): Disabled → sealing works with the recovery
 // secrets handed out at set; sealing → Disabled is refused; changes
 // between the sealing modes survive restarts.
 func TestSealModeChanges(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 	"github.com/quarry-cc/quarry/internal/ca"
 	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/updatelog"
-	"github.com/quarry-cc/quarry/internal/user"
 	"github.com/quarry-cc/quarry/manifest"
 )
 
@@ -19,27 +18,6 @@ import (
 // subject, signed with the intermediate key.
 func secretIssuer(a *ca.Authority) secrets.Issuer {
 	return secrets.Issuer{Cert: a.MarbleRoot, Key: a.IntermediateKey}
-}
-
-// identify returns the manifest user presenting peer, after checking that
-// op is possible now.
-func identify(s *snapshot, op operation, peer []*x509.Certificate) (*user.User, error) {
-	if err := require(s.state, op); err != nil {
-		return nil, err
-	}
-	u, err := s.users.Identify(peer)
-	if err != nil {
-		return nil, classify(ErrUnauthenticated, err)
-	}
-	return u, nil
-}
-
-// authorize is the one permission check of every use case.
-func authorize(u *user.User, action string, resources ...string) error {
-	if err := user.Authorize(u, action, resources...); err != nil {
-		return classify(ErrForbidden, err)
-	}
-	return nil
 }
 
 // Secrets returns the named secrets to a user holding ReadSecret on all of
@@ -68,11 +46,11 @@ func (c *Core) Secrets(_ context.Context, peer []*x509.Certificate, names []stri
 	return out, nil
 }
 
-// setSecretsOnce stores user-defined secrets uploaded by a user holding
+// trySetSecrets stores user-defined secrets uploaded by a user holding
 // WriteSecret on all of them. The request is all-or-nothing: every upload is
 // checked, the templates are dry-run with the new values, and the state is
 // sealed and stored with one update-log entry per secret before it returns.
-func (c *Core) setSecretsOnce(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error {
+func (c *Core) trySetSecrets(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()
@@ -132,34 +110,32 @@ func (c *Core) UpdateLog(ctx context.Context) ([]string, error) {
 	return updatelog.Legacy(log), nil
 }
 
-// persist seals and stores st (under the current data key) unless the seal
-// mode is Disabled, then publishes a snapshot with it. Callers hold mu.
-func (c *Core) persist(ctx context.Context, s *snapshot, st *sealedState) error {
-	var err error
-	if s.manifest.Config.SealMode != manifest.SealModeDisabled {
-		if err = c.commit(ctx, st, c.header, c.dek, s.manifest.Config.SealMode); !stored(err) {
-			return err
-		}
-	} else if err = c.prepareLog(ctx, st, false); err != nil {
-		return err
-	}
-	next := *s
-	next.persisted = st
-	c.snap.Store(&next)
-	return err
-}
-
 // dryRun renders every Marble's parameters with the secrets that have a
 // value; the others keep the manifest dry run's dummies.
 func dryRun(m *manifest.Manifest, values map[string]secrets.Secret) error {
-	set := make(map[string]manifest.TemplateSecret, len(values))
+	set := make(map[string]secrets.Secret, len(values))
 	for name, v := range values {
 		if v.IsSet() {
-			set[name] = manifest.TemplateSecret{
-				Type: v.Type, Size: v.Size, Shared: v.Shared, UserDefined: v.UserDefined, ValidFor: v.ValidFor,
-				Cert: manifest.CertDER(v.Cert), Private: manifest.PrivateKey(v.Private), Public: manifest.PublicKey(v.Public),
-			}
+			set[name] = v
 		}
 	}
-	return m.DryRun(set)
+	return m.DryRun(templateSecrets(set))
+}
+
+// templateSecrets gives secret values the form templates see them in.
+func templateSecrets(in map[string]secrets.Secret) map[string]manifest.TemplateSecret {
+	out := make(map[string]manifest.TemplateSecret, len(in))
+	for name, v := range in {
+		out[name] = manifest.TemplateSecret{
+			Type: v.Type, Size: v.Size, Shared: v.Shared, UserDefined: v.UserDefined, ValidFor: v.ValidFor,
+			Cert: manifest.CertDER(v.Cert), Private: manifest.PrivateKey(v.Private), Public: manifest.PublicKey(v.Public),
+		}
+	}
+	return out
+}
+
+// SetSecrets: see trySetSecrets.
+func (c *Core) SetSecrets(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error {
+	_, err := retry(c, ctx, func() (struct{}, error) { return struct{}{}, c.trySetSecrets(ctx, peer, uploads) })
+	return err
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -51,7 +52,7 @@ type SignQuoteResult struct {
 }
 
 // SignQuote verifies an SGX quote (raw or OE-wrapped) and signs the result
-// with the root key (behaviour.md §8). It needs a manifest that enables the
+// with the root key (MarbleRun's sign-quote endpoint). It needs a manifest that enables the
 // SignQuoteEndpoint feature (else ErrForbidden) and a configured verifier
 // (else ErrForbidden, saying how to configure one). A quote that does not
 // verify, including one whose collateral has expired, gives a
@@ -81,7 +82,7 @@ func (c *Core) SignQuote(ctx context.Context, quote []byte) (SignQuoteResult, er
 		return SignQuoteResult{}, &QuoteVerificationError{Err: err}
 	}
 	status := res.Status.String()
-	sig, err := s.ca.SignRoot(c.opts.Rand, []byte(base64.StdEncoding.EncodeToString(quote)+status))
+	sig, err := s.ca.SignRoot(rand.Reader, []byte(base64.StdEncoding.EncodeToString(quote)+status))
 	if err != nil {
 		return SignQuoteResult{}, fmt.Errorf("sign-quote: signing: %w", err)
 	}

@@ -33,8 +33,8 @@ func (c *skewClock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// TestClockSkewDoesNotBreakRecoveryRounds (issue 15, "clock skew between
-// instances does not break recovery-round expiry"): three instances on one
+// TestClockSkewDoesNotBreakRecoveryRounds (clock skew between instances
+// does not break recovery-round expiry): three instances on one
 // etcd prefix, all in recovery mode, whose clocks differ by more than the
 // recovery timeout (A on time, B three hours ahead, C three hours behind).
 // A round lives in the memory of the instance that received its first share

@@ -2,7 +2,8 @@ package core
 
 import "fmt"
 
-// State is the Coordinator's state code (behaviour.md §2).
+// State is the Coordinator's state code (MarbleRun's numbers, which
+// clients read from the status endpoint).
 type State int
 
 // The states. StateUninitialized is internal and never reported.

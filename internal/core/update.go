@@ -3,9 +3,11 @@ package core
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/quarry-cc/quarry/internal/vault"
 	"io"
 	"maps"
 	"slices"
@@ -72,10 +74,10 @@ type PendingUpdate struct {
 	MissingAcknowledgments int
 }
 
-// updateOnce applies a package update at once, or starts a full manifest update
+// tryUpdate applies a package update at once, or starts a full manifest update
 // that needs the acknowledgements the current manifest's UpdateThreshold
 // asks for (applied at once when the initiator alone suffices).
-func (c *Core) updateOnce(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
+func (c *Core) tryUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()
@@ -145,7 +147,7 @@ func (c *Core) updatePackages(ctx context.Context, s *snapshot, u *user.User, m 
 		return err
 	}
 	now := c.opts.Now()
-	authority, err := s.ca.Rotate(c.opts.Rand, now)
+	authority, err := s.ca.Rotate(rand.Reader, now)
 	if err != nil {
 		return err
 	}
@@ -190,7 +192,7 @@ func (c *Core) reissueSharedCerts(m *manifest.Manifest, cur map[string]secrets.S
 		def := m.Secrets[name]
 		def.ValidFor = 0
 		def.Cert.NotAfter = old.NotAfter
-		nv, err := secrets.GenerateCert(c.opts.Rand, name, def, secretIssuer(a), now)
+		nv, err := secrets.GenerateCert(rand.Reader, name, def, secretIssuer(a), now)
 		if err != nil {
 			return nil, fmt.Errorf("re-issuing secret %s: %w", name, err)
 		}
@@ -210,10 +212,10 @@ func (c *Core) PendingUpdate(context.Context) (PendingUpdate, error) {
 	return PendingUpdate{Manifest: p.ManifestRaw, MissingUsers: p.missingUsers(), MissingAcknowledgments: p.missingAcknowledgments()}, nil
 }
 
-// acknowledgeUpdateOnce records a required user's acknowledgement of the pending
+// tryAcknowledgeUpdate records a required user's acknowledgement of the pending
 // update; raw must be byte-identical to the pending manifest. The last
 // required acknowledgement applies the update.
-func (c *Core) acknowledgeUpdateOnce(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
+func (c *Core) tryAcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()
@@ -275,9 +277,9 @@ func (c *Core) cancelAfterFailedApply(ctx context.Context, s *snapshot, fp strin
 	c.log.Warn("manifest update cancelled because it could not be applied", "cause", cause.Error())
 }
 
-// cancelUpdateOnce cancels the pending update; any user holding UpdateManifest
+// tryCancelUpdate cancels the pending update; any user holding UpdateManifest
 // may do so.
-func (c *Core) cancelUpdateOnce(ctx context.Context, peer []*x509.Certificate) error {
+func (c *Core) tryCancelUpdate(ctx context.Context, peer []*x509.Certificate) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snap.Load()
@@ -317,19 +319,19 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 		return UpdateResult{}, classify(ErrInvalidRequest, err)
 	}
 	now := c.opts.Now()
-	authority, err := s.ca.Rotate(c.opts.Rand, now)
+	authority, err := s.ca.Rotate(rand.Reader, now)
 	if err != nil {
 		return UpdateResult{}, err
 	}
 	raw = bytes.Clone(raw)
-	sig, err := s.ca.SignRoot(c.opts.Rand, raw)
+	sig, err := s.ca.SignRoot(rand.Reader, raw)
 	if err != nil {
 		return UpdateResult{}, fmt.Errorf("signing manifest: %w", err)
 	}
 	if m.Config.RotateRootSecret {
 		st.PreviousRootSecret = st.RootSecret
 		st.RootSecret = make([]byte, 32)
-		if _, err := io.ReadFull(c.opts.Rand, st.RootSecret); err != nil {
+		if _, err := io.ReadFull(rand.Reader, st.RootSecret); err != nil {
 			return UpdateResult{}, err
 		}
 	}
@@ -354,7 +356,7 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 		// (docs/sealing.md "SealMode changes"). The key file of the
 		// commit holds the new key in the new mode only.
 		var pub recovery.Public
-		if dek, res.RecoverySecrets, pub, err = newRecoverySecrets(c.opts.Rand, m); err != nil {
+		if dek, res.RecoverySecrets, pub, err = newRecoverySecrets(rand.Reader, m); err != nil {
 			return UpdateResult{}, err
 		}
 		header = sealHeader{Format: stateFormat, Recovery: pub}
@@ -364,7 +366,7 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 		// Only reachable from Disabled (Update refuses turning sealing
 		// off): nothing is stored, the key stays in memory.
 		c.dek, c.header = dek, header
-	} else if err = c.commit(ctx, st, header, dek, m.Config.SealMode); !stored(err) {
+	} else if err = c.commit(ctx, st, header, dek, m.Config.SealMode); !vault.Stored(err) {
 		return UpdateResult{}, err
 	}
 	c.snap.Store(&snapshot{
@@ -456,7 +458,7 @@ func (c *Core) updatedSecrets(old, m *manifest.Manifest, cur, prev map[string]se
 			regen[name] = def
 		}
 	}
-	gen, err := secrets.Generate(c.opts.Rand, regen, secretIssuer(a), c.opts.Now())
+	gen, err := secrets.Generate(rand.Reader, regen, secretIssuer(a), c.opts.Now())
 	if err != nil {
 		if errors.Is(err, secrets.ErrInvalid) {
 			return nil, nil, classify(ErrInvalidRequest, fmt.Errorf("generating secrets from manifest: %w", err))
@@ -482,4 +484,20 @@ func sameDefinition(a, b manifest.Secret) bool {
 		return s.ValidFor
 	}
 	return a.Type == b.Type && a.Size == b.Size && a.Shared == b.Shared && a.UserDefined == b.UserDefined && norm(a) == norm(b)
+}
+
+// Update: see tryUpdate.
+func (c *Core) Update(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
+	return retry(c, ctx, func() (UpdateResult, error) { return c.tryUpdate(ctx, peer, raw) })
+}
+
+// AcknowledgeUpdate: see tryAcknowledgeUpdate.
+func (c *Core) AcknowledgeUpdate(ctx context.Context, peer []*x509.Certificate, raw []byte) (UpdateResult, error) {
+	return retry(c, ctx, func() (UpdateResult, error) { return c.tryAcknowledgeUpdate(ctx, peer, raw) })
+}
+
+// CancelUpdate: see tryCancelUpdate.
+func (c *Core) CancelUpdate(ctx context.Context, peer []*x509.Certificate) error {
+	_, err := retry(c, ctx, func() (struct{}, error) { return struct{}{}, c.tryCancelUpdate(ctx, peer) })
+	return err
 }

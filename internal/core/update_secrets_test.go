@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"testing"
 
 	"github.com/quarry-cc/quarry/internal/secrets"
@@ -61,7 +62,7 @@ func TestUpdatedSecretsPrevious(t *testing.T) {
 		{"root secret rotates", earlier, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			authority, err := s.ca.Rotate(c.opts.Rand, c.opts.Now())
+			authority, err := s.ca.Rotate(rand.Reader, c.opts.Now())
 			if err != nil {
 				t.Fatal(err)
 			}

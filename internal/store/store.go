@@ -36,6 +36,15 @@ type Mover interface {
 	MoveAside(ctx context.Context, suffix string) (string, error)
 }
 
+// MoveAside moves s's blob aside if s is a Mover, else fails.
+func MoveAside(ctx context.Context, s Store, suffix string) (string, error) {
+	mover, ok := s.(Mover)
+	if !ok {
+		return "", errors.New("the store cannot move a blob aside")
+	}
+	return mover.MoveAside(ctx, suffix)
+}
+
 // Copier is an optional capability: CopyAside durably writes a copy of the
 // stored blob beside it (never overwriting anything) and returns a
 // description of where it went; the stored blob stays. It returns

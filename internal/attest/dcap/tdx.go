@@ -118,7 +118,7 @@ func (v *Verifier) verifyTDX(ctx context.Context, quote []byte, now time.Time) (
 	c.validity.add("QE identity", qeID.IssueDate, qeID.NextUpdate, now)
 
 	// TDX module identity (QVL 4.1.2.4.11).
-	module, moduleID, err := tdxModule(info, td)
+	_, moduleID, err := tdxModule(info, td)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +197,6 @@ func (v *Verifier) verifyTDX(ctx context.Context, quote []byte, now time.Time) (
 			ModuleAdvisories: moduleAdvisories, SGXStatus: sgxStatus,
 		},
 	}
-	_ = module
 	if moduleID != nil {
 		res.TDX.ModuleID = moduleID.ID
 	}

@@ -1,11 +1,55 @@
-package core
+// Package vault stores the Coordinator's sealed state so that it survives
+// any crash: the sealed blob (sealed_data) and the key file (sealed_key)
+// are written in an order that leaves, at every instant, a pair that opens
+// together (docs/sealing.md).
+//
+// # Contract
+//
+// Serialisation: a Vault is not safe for concurrent use. Its caller (the
+// Core) serialises every call under its state lock; only PeerKey may be
+// called concurrently (it has its own lock). Different processes on one
+// file store are kept apart by the caller (the seal directory's lock);
+// instances on a shared store are kept apart by the store's
+// compare-and-swap on both revisions.
+//
+// What survives which crash (two stores, the file store):
+//
+//  1. the key file is written with the new data key bound to the new blob
+//     AND the current data key bound to the blob still stored;
+//  2. the blob is written.
+//
+// A crash (or failure) before or during 1 leaves the old pair; after 1 and
+// before 2 completes, the old blob with a key file that still opens it;
+// after 2, the new pair. Commit returns nil only when both are stored. On
+// an error the stores hold the old state again, or the error wraps
+// ErrUnconfirmed (the new state is stored and could not be replaced: the
+// caller publishes it), or ErrOutcomeUnknown (the stores could not be read
+// back; the next Commit reads them back first). A write each store makes
+// must itself be atomic (a rename of a synced file, an etcd transaction):
+// the Vault never sees half a blob.
+//
+// On a shared store (SharedStore: etcd) both are written in one
+// compare-and-swap: a crash leaves the old pair or the new one. A lost
+// swap is store.ErrConflict and changes nothing; a failure whose outcome
+// the store does not tell is decided by reading back, then by the store's
+// history (HistoryStore). A state kept in chunks (ChunkStore) writes its
+// chunks with or before the head that references them, and deletes them
+// only with a head that no longer does: every stored head finds its
+// chunks.
+//
+// Files the Vault replaces without a state that opens them (a stray key
+// file, an unrecovered state) are moved or copied aside, never deleted.
+//
+// The fault suite of this package (crash_test.go) crashes and fails each
+// write step of Commit in turn and checks the contract above; the Core's
+// suite (internal/core, fault_test.go) does the same for every use case.
+package vault
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -13,25 +57,18 @@ import (
 	"github.com/quarry-cc/quarry/internal/store"
 )
 
-// vault keeps the sealed state in two stores, the sealed blob (sealed_data)
-// and the key file (sealed_key), so that at every instant, whatever fails or
-// is killed between two writes, the stored pair opens together (decision
-// D17, docs/sealing.md):
-//
-//  1. the key file is written with the new data key bound to the new blob
-//     AND the current data key bound to the blob still stored;
-//  2. the blob is written.
-//
-// A crash before 2 leaves the old blob, which the key file still opens; a
-// crash after it leaves the new one. After a failed write the vault reads
-// back what the stores hold and puts the old state back when the new blob
-// landed anyway, so that memory, revisions and disk agree.
-type vault struct {
+// Vault keeps the sealed state and its key file in two stores (see the
+// package comment). After a failed write it reads back what the stores
+// hold and puts the old state back when the new blob landed anyway, so
+// that memory, revisions and disk agree.
+type Vault struct {
 	data, key store.Store
 	sealer    seal.KeySealer
 	log       *slog.Logger
 	// storeTimeout bounds a shared store's write and its read-back.
 	storeTimeout time.Duration
+	// now is the clock (of the chunk sweep).
+	now func() time.Time
 
 	dataRev, keyRev store.Revision
 	// disk is the blob the data store holds and the data key that opens it
@@ -44,17 +81,89 @@ type vault struct {
 	// attempted is the binding of the blob of the last failed write.
 	attempted *[32]byte
 	// pairKey is the key file read together with the blob from a shared
-	// store (follow.go), at pairKeyRev; pairLoaded says it was.
+	// store (shared.go), at pairKeyRev; pairLoaded says it was.
 	pairKey    []byte
 	pairKeyRev store.Revision
 	pairLoaded bool
 
 	// Per-instance key entries (instancekeys.go): set on a shared store.
 	instances
-	// The state in chunks (vaultchunks.go): on a store that keeps them.
+	// The state in chunks (chunks.go): on a store that keeps them.
 	chunked
-	// rand is the nonce source of sealed chunks (nil: the FIPS module's).
-	rand io.Reader
+}
+
+// Options are a Vault's stores and helpers.
+type Options struct {
+	// Data holds the sealed blob (sealed_data), Key the key file
+	// (sealed_key). A Data store that implements SharedStore writes both
+	// in one compare-and-swap.
+	Data, Key store.Store
+	// Sealer seals the data key into the key file.
+	Sealer seal.KeySealer
+	// Log receives what the caller cannot be told otherwise (a file
+	// moved aside, a write that landed after all).
+	Log *slog.Logger
+	// StoreTimeout bounds a shared store's write and its read-back.
+	StoreTimeout time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Instance, with a shared store, names this instance's entry in the
+	// key file (instancekeys.go); nil writes the single-instance key file.
+	Instance *seal.InstanceID
+	// Source, if set, is asked for the data key when no entry of the key
+	// file opens here.
+	Source KeySource
+}
+
+// New returns a Vault over o's stores; nothing is read until LoadBlob.
+func New(o Options) *Vault {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	v := &Vault{data: o.Data, key: o.Key, sealer: o.Sealer, log: o.Log, storeTimeout: o.StoreTimeout, now: o.Now}
+	v.instance, v.source = o.Instance, o.Source
+	return v
+}
+
+// DataStore and KeyStore are the stores (for copies aside and a key file
+// read in another format, MarbleRun's).
+func (v *Vault) DataStore() store.Store { return v.data }
+
+// KeyStore: see DataStore.
+func (v *Vault) KeyStore() store.Store { return v.key }
+
+// KeyRead records the revision of a key file the caller read from
+// KeyStore itself.
+func (v *Vault) KeyRead(rev store.Revision) { v.keyRev = rev }
+
+// Revisions are the revisions of the blob and the key file the Vault
+// last read or wrote.
+func (v *Vault) Revisions() (data, key store.Revision) { return v.dataRev, v.keyRev }
+
+// Unsure reports whether a failed write left the stores in a state the
+// Vault could not read back (the next Commit, or a reload, resolves it).
+func (v *Vault) Unsure() bool { return v.unsure }
+
+// Forget drops what the Vault knows of the stored pair, before it is
+// loaded again (a reload); undo puts it back, marked unsure, when that
+// load fails.
+func (v *Vault) Forget() (undo func()) {
+	prevDisk, prevData, prevKey := v.disk, v.dataRev, v.keyRev
+	v.disk, v.unsure, v.attempted = nil, false, nil
+	return func() {
+		v.disk, v.dataRev, v.keyRev, v.unsure = prevDisk, prevData, prevKey, true
+	}
+}
+
+// KeepChunks records that the stored blob, when it is blob, is a head
+// with chunks layout (opened by recovery): a commit keeps those chunks.
+func (v *Vault) KeepChunks(blob []byte, layout *Layout) {
+	if d := v.disk; d != nil && layout != nil && bytes.Equal(d.blob, blob) {
+		d.layout = layout
+	}
 }
 
 // storedBlob is a blob in the data store, the key that opens it and the
@@ -64,57 +173,27 @@ type storedBlob struct {
 	binding [32]byte
 	dek     []byte
 	mode    string
-	// layout is the blob's chunks when it is a head (vaultchunks.go);
+	// layout is the blob's chunks when it is a head (chunks.go);
 	// nil for a single blob, or while the head is not opened.
-	layout *stateLayout
+	layout *Layout
 }
 
-// errUnconfirmed is wrapped by a commit error after which the new state IS
+// ErrUnconfirmed is wrapped by a commit error after which the new state IS
 // stored (the store failed, and putting the old state back failed too): the
 // caller publishes the new state, so memory and disk agree, and reports the
 // error.
-var errUnconfirmed = errors.New("the change is stored, but the store reported an error")
+var ErrUnconfirmed = errors.New("the change is stored, but the store reported an error")
 
-// stored reports whether a commit error still means the new state is the
-// stored one (nil, or errUnconfirmed).
-func stored(err error) bool { return err == nil || errors.Is(err, errUnconfirmed) }
+// Stored reports whether a commit error still means the new state is the
+// stored one (nil, or ErrUnconfirmed).
+func Stored(err error) bool { return err == nil || errors.Is(err, ErrUnconfirmed) }
 
-// errOutcomeUnknown is wrapped by a commit error after which it cannot be
+// ErrOutcomeUnknown is wrapped by a commit error after which it cannot be
 // told whether the new state was stored (the store could not be read back).
-var errOutcomeUnknown = errors.New("whether it was stored is unknown")
+var ErrOutcomeUnknown = errors.New("whether it was stored is unknown")
 
-// Outcome is what a state change that failed left in the store.
-type Outcome int
-
-const (
-	// NotStored: the store holds the state from before the change.
-	NotStored Outcome = iota
-	// Stored: the change is stored although the request failed (the
-	// store reported an error after the write landed, and the previous
-	// state could not be put back).
-	Stored
-	// OutcomeUnknown: whether the change was stored cannot be told (the
-	// store could not be read back after a failed write).
-	OutcomeUnknown
-)
-
-// OutcomeOf tells what the state change whose use case failed with err
-// left in the store, for answers that must say so (an abandoned request,
-// say). Every use case stores its change last, and a commit error that
-// cannot say "nothing was changed" wraps errUnconfirmed or
-// errOutcomeUnknown: any other failure stored nothing.
-func OutcomeOf(err error) Outcome {
-	switch {
-	case errors.Is(err, errUnconfirmed):
-		return Stored
-	case errors.Is(err, errOutcomeUnknown):
-		return OutcomeUnknown
-	}
-	return NotStored
-}
-
-// loadBlob reads the sealed blob; store.ErrNotFound when there is none.
-func (v *vault) loadBlob(ctx context.Context) ([]byte, error) {
+// LoadBlob reads the sealed blob; store.ErrNotFound when there is none.
+func (v *Vault) LoadBlob(ctx context.Context) ([]byte, error) {
 	if s := v.shared(); s != nil {
 		return v.loadShared(ctx, s)
 	}
@@ -127,23 +206,23 @@ func (v *vault) loadBlob(ctx context.Context) ([]byte, error) {
 	return blob, nil
 }
 
-// keyProblem says why the key file does not open the stored blob; the
+// KeyProblem says why the key file does not open the stored blob; the
 // Coordinator enters recovery mode.
-type keyProblem struct {
-	what  string
-	cause error
+type KeyProblem struct {
+	What  string // for the operator
+	Cause error
 }
 
-// keyFor reads the key file and unseals the data key bound to blob, or
+// KeyFor reads the key file and unseals the data key bound to blob, or
 // says why it cannot.
-func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, *keyProblem) {
+func (v *Vault) KeyFor(ctx context.Context, blob []byte) ([]byte, *KeyProblem) {
 	v.fetched = nil
 	raw, rev, err := v.loadKey(ctx)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, &keyProblem{"the sealed data key is missing", err}
+		return nil, &KeyProblem{What: "the sealed data key is missing", Cause: err}
 	}
 	if err != nil {
-		return nil, &keyProblem{"the sealed data key cannot be read", err}
+		return nil, &KeyProblem{What: "the sealed data key cannot be read", Cause: err}
 	}
 	v.keyRev = rev
 	if seal.IsInstanceKeyFile(raw) {
@@ -151,11 +230,11 @@ func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, *keyProblem) {
 	}
 	entries, err := seal.DecodeKeyFile(raw)
 	if err != nil {
-		return nil, &keyProblem{"the sealed data key is corrupt", err}
+		return nil, &KeyProblem{What: "the sealed data key is corrupt", Cause: err}
 	}
 	e, ok := seal.Find(entries, blob)
 	if !ok {
-		return nil, &keyProblem{"the sealed data key belongs to another sealed_data (an older or newer sealed_key)", errors.New("no key file entry is bound to the stored sealed_data")}
+		return nil, &KeyProblem{What: "the sealed data key belongs to another sealed_data (an older or newer sealed_key)", Cause: errors.New("no key file entry is bound to the stored sealed_data")}
 	}
 	var binding []byte
 	if !e.Legacy {
@@ -164,14 +243,14 @@ func (v *vault) keyFor(ctx context.Context, blob []byte) ([]byte, *keyProblem) {
 		// The legacy form is the raw data key: in an enclave that is a
 		// key the host wrote, whatever the sealer would make of it
 		// (docs/threat-model.md).
-		return nil, &keyProblem{"sealed_key holds a raw data key (the legacy 32-byte form), which a Coordinator in an enclave never takes from the host's disk", errRawKeyInEnclave}
+		return nil, &KeyProblem{What: "sealed_key holds a raw data key (the legacy 32-byte form), which a Coordinator in an enclave never takes from the host's disk", Cause: errRawKeyInEnclave}
 	}
 	dek, err := v.sealer.UnsealKey(e.Sealed, binding)
 	if err != nil {
 		return nil, unsealProblem(err)
 	}
 	if inClear(v.sealer, e.Sealed, dek) {
-		return nil, &keyProblem{"sealed_key holds the data key in clear, which a Coordinator in an enclave never takes from the host's disk", errRawKeyInEnclave}
+		return nil, &KeyProblem{What: "sealed_key holds the data key in clear, which a Coordinator in an enclave never takes from the host's disk", Cause: errRawKeyInEnclave}
 	}
 	return dek, nil
 }
@@ -188,19 +267,19 @@ func inClear(sealer seal.KeySealer, sealed, dek []byte) bool {
 var errRawKeyInEnclave = errors.New("a data key stored in clear is not taken under an enclave sealer")
 
 // unsealProblem says why a sealed data key does not unseal.
-func unsealProblem(err error) *keyProblem {
+func unsealProblem(err error) *KeyProblem {
 	switch {
 	case errors.Is(err, seal.ErrSealedElsewhere):
-		return &keyProblem{"the data key was sealed by another enclave (another MRENCLAVE for UniqueKey, another MRSIGNER for ProductKey)", err}
+		return &KeyProblem{What: "the data key was sealed by another enclave (another MRENCLAVE for UniqueKey, another MRSIGNER for ProductKey)", Cause: err}
 	case errors.Is(err, seal.ErrOtherSealer):
-		return &keyProblem{"the data key was sealed another way (without an enclave?) and is not opened by this Coordinator's sealer", err}
+		return &KeyProblem{What: "the data key was sealed another way (without an enclave?) and is not opened by this Coordinator's sealer", Cause: err}
 	}
-	return &keyProblem{"the data key cannot be unsealed", err}
+	return &KeyProblem{What: "the data key cannot be unsealed", Cause: err}
 }
 
-// opened records that dek opens the stored blob, whose state has seal
+// Opened records that dek opens the stored blob, whose state has seal
 // mode mode (and, for a head, whose chunks are layout).
-func (v *vault) opened(dek []byte, mode string, layout *stateLayout) {
+func (v *Vault) Opened(dek []byte, mode string, layout *Layout) {
 	v.disk.dek, v.disk.mode, v.disk.layout = dek, mode, layout
 	if layout != nil {
 		v.cache = layout
@@ -208,10 +287,10 @@ func (v *vault) opened(dek []byte, mode string, layout *stateLayout) {
 	v.remember(dek, mode)
 }
 
-// setStrayKeyAside handles a key file without a blob (left by a crash
+// SetStrayKeyAside handles a key file without a blob (left by a crash
 // during the first write, or by a lost sealed_data): it opens nothing, so
 // it is moved aside (never deleted) and the first commit starts clean.
-func (v *vault) setStrayKeyAside(ctx context.Context, suffix string) error {
+func (v *Vault) SetStrayKeyAside(ctx context.Context, suffix string) error {
 	_, rev, err := v.key.Load(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -219,7 +298,7 @@ func (v *vault) setStrayKeyAside(ctx context.Context, suffix string) error {
 	if err == nil {
 		v.keyRev = rev
 	}
-	where, merr := moveAside(ctx, v.key, suffix)
+	where, merr := store.MoveAside(ctx, v.key, suffix)
 	if merr != nil {
 		if err == nil {
 			// Readable: the first commit replaces it in place.
@@ -237,8 +316,8 @@ func (v *vault) setStrayKeyAside(ctx context.Context, suffix string) error {
 // so that the commit of the recovered state writes a new one. The key that
 // recovery found is deliberately not bound to the stored blob: until the
 // recovered state is stored, a restart is in recovery mode as before.
-func (v *vault) recovered(ctx context.Context, suffix string) error {
-	where, err := moveAside(ctx, v.key, suffix)
+func (v *Vault) Recovered(ctx context.Context, suffix string) error {
+	where, err := store.MoveAside(ctx, v.key, suffix)
 	if errors.Is(err, store.ErrNotFound) {
 		v.keyRev = ""
 		return nil
@@ -251,14 +330,14 @@ func (v *vault) recovered(ctx context.Context, suffix string) error {
 	return nil
 }
 
-// replaceUnrecovered prepares a new state that replaces an unrecovered one
+// ReplaceUnrecovered prepares a new state that replaces an unrecovered one
 // (a manifest set in recovery mode): the key file is moved aside and the
 // old blob copied aside, both never deleted. The blob itself stays in place
 // until the new one overwrites it, so a crash in between still finds the
 // old, recoverable state.
-func (v *vault) replaceUnrecovered(ctx context.Context, suffix string) ([]string, error) {
+func (v *Vault) ReplaceUnrecovered(ctx context.Context, suffix string) ([]string, error) {
 	var moved []string
-	where, err := moveAside(ctx, v.key, suffix)
+	where, err := store.MoveAside(ctx, v.key, suffix)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
@@ -269,7 +348,7 @@ func (v *vault) replaceUnrecovered(ctx context.Context, suffix string) ([]string
 	v.keyRev = ""
 	if v.disk == nil {
 		// The blob could not even be read: move whatever is there aside.
-		where, err := moveAside(ctx, v.data, suffix)
+		where, err := store.MoveAside(ctx, v.data, suffix)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
@@ -295,21 +374,13 @@ func (v *vault) replaceUnrecovered(ctx context.Context, suffix string) ([]string
 	return moved, nil
 }
 
-func moveAside(ctx context.Context, s store.Store, suffix string) (string, error) {
-	mover, ok := s.(store.Mover)
-	if !ok {
-		return "", errors.New("the store cannot move a blob aside")
-	}
-	return mover.MoveAside(ctx, suffix)
-}
-
 // commit durably stores blob, sealed under dek: the key file first (new
 // key bound to blob, plus the current key bound to the stored blob), then
 // the blob. It returns nil only when both are stored. On an error the
 // stores hold the old state again (or, when that fails as well, an error
-// wrapping errUnconfirmed says that the new state is stored). On a store
+// wrapping ErrUnconfirmed says that the new state is stored). On a store
 // that keeps chunks, blob is a head and layout its chunks.
-func (v *vault) commit(ctx context.Context, blob, dek []byte, mode string, layout *stateLayout) error {
+func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layout *Layout) error {
 	if v.unsure && v.shared() == nil {
 		if err := v.resolve(ctx); err != nil {
 			return err
@@ -361,7 +432,7 @@ func (v *vault) commit(ctx context.Context, blob, dek []byte, mode string, layou
 
 // loadKey reads the key file: the one read with the blob from a shared
 // store, else from the key store.
-func (v *vault) loadKey(ctx context.Context) ([]byte, store.Revision, error) {
+func (v *Vault) loadKey(ctx context.Context) ([]byte, store.Revision, error) {
 	if v.pairLoaded {
 		v.pairLoaded = false
 		if v.pairKey == nil {
@@ -372,7 +443,7 @@ func (v *vault) loadKey(ctx context.Context) ([]byte, store.Revision, error) {
 	return v.key.Load(ctx)
 }
 
-func (v *vault) reloadKeyRev(ctx context.Context) {
+func (v *Vault) reloadKeyRev(ctx context.Context) {
 	_, rev, err := v.key.Load(context.WithoutCancel(ctx))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -386,7 +457,7 @@ func (v *vault) reloadKeyRev(ctx context.Context) {
 
 // afterFailedWrite finds out whether the failed write of blob landed and,
 // if it did, puts the old blob back.
-func (v *vault) afterFailedWrite(ctx context.Context, blob, dek []byte, mode string, cause error) error {
+func (v *Vault) afterFailedWrite(ctx context.Context, blob, dek []byte, mode string, cause error) error {
 	ctx = context.WithoutCancel(ctx)
 	binding := seal.Binding(blob)
 	v.attempted = &binding
@@ -396,9 +467,9 @@ func (v *vault) afterFailedWrite(ctx context.Context, blob, dek []byte, mode str
 			// The new state is what is stored: adopt it.
 			v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
 			v.unsure, v.attempted = false, nil
-			return fmt.Errorf("%w (%v), and the previous state could not be put back: %v", errUnconfirmed, cause, err)
+			return fmt.Errorf("%w (%v), and the previous state could not be put back: %v", ErrUnconfirmed, cause, err)
 		}
-		return fmt.Errorf("storing sealed state: %w; %w (reading it back: %v)", cause, errOutcomeUnknown, err)
+		return fmt.Errorf("storing sealed state: %w; %w (reading it back: %v)", cause, ErrOutcomeUnknown, err)
 	}
 	return fmt.Errorf("storing sealed state: %w (nothing was changed)", cause)
 }
@@ -410,7 +481,7 @@ var errNewBlobStays = errors.New("the new sealed state stays in place")
 // resolve reads back the stored blob after a failed write and makes the
 // vault agree with it: the old blob (nothing to do), or the blob of the
 // failed write (the old one is put back).
-func (v *vault) resolve(ctx context.Context) error {
+func (v *Vault) resolve(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
 	blob, rev, err := v.data.Load(ctx)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -447,9 +518,9 @@ func (v *vault) resolve(ctx context.Context) error {
 
 // putBack stores the previous blob again over the blob of a failed write
 // (the key file still holds the previous key bound to it).
-func (v *vault) putBack(ctx context.Context) error {
+func (v *Vault) putBack(ctx context.Context) error {
 	if v.disk == nil {
-		if _, err := moveAside(ctx, v.data, "failed-write"); err != nil {
+		if _, err := store.MoveAside(ctx, v.data, "failed-write"); err != nil {
 			return err
 		}
 		v.dataRev = ""
@@ -462,3 +533,21 @@ func (v *vault) putBack(ctx context.Context) error {
 	v.dataRev = rev
 	return nil
 }
+
+// ErrUnavailable is wrapped by a shared store's commit that failed
+// because the store cannot be reached (or gave no answer in time);
+// nothing was changed unless the error also wraps ErrOutcomeUnknown.
+var ErrUnavailable = errors.New("the shared state store is unavailable")
+
+// ErrTooLarge is wrapped by a commit refused because the state, or a
+// part of it, exceeds what one write to the store may carry; nothing was
+// changed.
+var ErrTooLarge = errors.New("the change exceeds a limit of the state")
+
+// limitError is an ErrTooLarge whose message is its cause's alone.
+type limitError struct{ err error }
+
+func (e limitError) Error() string   { return e.err.Error() }
+func (e limitError) Unwrap() []error { return []error{ErrTooLarge, e.err} }
+
+func tooLarge(err error) error { return limitError{err} }

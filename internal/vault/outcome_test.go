@@ -1,4 +1,4 @@
-package core
+package vault
 
 import (
 	"context"
@@ -35,35 +35,36 @@ func (s *lostShared) Revisions(context.Context, store.Store) (store.Revision, st
 	return s.rev, s.rev, nil
 }
 
-// TestOutcomeOfSharedCommit: OutcomeOf tells from a failed shared commit's
-// error whether the change was stored: nothing changed (the store holds
-// the revision the write was based on), unknown (the store cannot be read
-// back, or another instance wrote since and the store keeps no history).
-// The file store's outcomes are tested through the Client API
-// (rest.TestRequestDeadlineSaysWhatWasStored).
+// TestOutcomeOfSharedCommit: a failed shared commit's error tells whether
+// the change was stored: nothing changed (the store holds the revision the
+// write was based on), unknown (the store cannot be read back, or another
+// instance wrote since and the store keeps no history). The file store's
+// outcomes are tested through the Client API
+// (rest.TestRequestDeadlineSaysWhatWasStored) and by crash_test.go.
 func TestOutcomeOfSharedCommit(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		s    *lostShared
-		want Outcome
+		name    string
+		s       *lostShared
+		unknown bool
 	}{
-		{"nothing changed", &lostShared{blob: []byte("old"), rev: "7"}, NotStored},
-		{"cannot be read back", &lostShared{loadErr: errors.New("etcd away")}, OutcomeUnknown},
-		{"another instance wrote, no history", &lostShared{blob: []byte("other"), rev: "9"}, OutcomeUnknown},
+		{"nothing changed", &lostShared{blob: []byte("old"), rev: "7"}, false},
+		{"cannot be read back", &lostShared{loadErr: errors.New("etcd away")}, true},
+		{"another instance wrote, no history", &lostShared{blob: []byte("other"), rev: "9"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := &vault{data: tc.s, key: memstore.New(), log: slog.New(slog.DiscardHandler), storeTimeout: 50 * time.Millisecond}
+			v := New(Options{Data: tc.s, Key: memstore.New(), Log: slog.New(slog.DiscardHandler), StoreTimeout: 50 * time.Millisecond})
 			v.dataRev, v.keyRev = "7", "7"
 			err := v.commitShared(context.Background(), tc.s, []byte("new"), []byte("key"), make([]byte, 32), "", nil)
 			if err == nil || !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("err %v, want ErrUnavailable", err)
 			}
-			if got := OutcomeOf(err); got != tc.want {
-				t.Fatalf("OutcomeOf(%v) = %d, want %d", err, got, tc.want)
+			if errors.Is(err, ErrUnconfirmed) || errors.Is(err, ErrOutcomeUnknown) != tc.unknown {
+				t.Fatalf("err %v: unconfirmed %v, outcome unknown %v, want unknown %v", err,
+					errors.Is(err, ErrUnconfirmed), errors.Is(err, ErrOutcomeUnknown), tc.unknown)
+			}
+			if Stored(err) {
+				t.Fatalf("Stored(%v) after a write that did not land or may not have", err)
 			}
 		})
-	}
-	if OutcomeOf(nil) != NotStored || OutcomeOf(ErrForbidden) != NotStored {
-		t.Fatal("a refusal stored nothing")
 	}
 }

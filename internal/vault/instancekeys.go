@@ -1,4 +1,4 @@
-package core
+package vault
 
 import (
 	"context"
@@ -54,9 +54,11 @@ type instances struct {
 	// needEntry: the key was opened without this instance's own entry.
 	needEntry bool
 	// fetched is set while the key of the blob being loaded came from the
-	// KeySource: the state it opens must pass its Allows (checkFetched).
+	// KeySource: the state it opens must pass its Allows (CheckFetched).
 	fetched *FetchedKey
 
+	// known is guarded by knownMu alone (PeerKey reads it without the
+	// Core's lock); the fields above are guarded by Core.mu.
 	knownMu sync.Mutex
 	known   []knownKey // newest last, at most 2
 }
@@ -84,9 +86,9 @@ func (in *instances) remember(dek []byte, mode string) {
 
 // PeerKey returns the data key with key ID keyID and the seal mode of the
 // state it opens, if this instance holds it (for the peer key server).
-// It takes no lock of the Core.
-func (c *Core) PeerKey(keyID [32]byte) (dek []byte, mode string, ok bool) {
-	in := &c.vault.instances
+// Safe for concurrent use: it takes only the known keys' lock.
+func (v *Vault) PeerKey(keyID [32]byte) (dek []byte, mode string, ok bool) {
+	in := &v.instances
 	in.knownMu.Lock()
 	defer in.knownMu.Unlock()
 	for _, k := range in.known {
@@ -102,15 +104,15 @@ func (c *Core) PeerKey(keyID [32]byte) (dek []byte, mode string, ok bool) {
 var errNoEntry = errors.New("no entry of the key file opens on this instance")
 
 // instanceKeyFor finds the data key of blob in a version 2 key file.
-func (v *vault) instanceKeyFor(ctx context.Context, raw, blob []byte) ([]byte, *keyProblem) {
+func (v *Vault) instanceKeyFor(ctx context.Context, raw, blob []byte) ([]byte, *KeyProblem) {
 	kf, err := seal.DecodeInstanceKeyFile(raw)
 	if err != nil {
-		return nil, &keyProblem{"the sealed data key is corrupt", err}
+		return nil, &KeyProblem{"the sealed data key is corrupt", err}
 	}
 	v.keys = kf
 	rec, ok := kf.Record(blob)
 	if !ok {
-		return nil, &keyProblem{"the sealed data key belongs to another sealed_data (an older or newer sealed_key)", errors.New("no key record is bound to the stored sealed_data")}
+		return nil, &KeyProblem{"the sealed data key belongs to another sealed_data (an older or newer sealed_key)", errors.New("no key record is bound to the stored sealed_data")}
 	}
 	var firstErr error
 	try := func(e seal.InstanceEntry) []byte {
@@ -156,24 +158,24 @@ func (v *vault) instanceKeyFor(ctx context.Context, raw, blob []byte) ([]byte, *
 	v.log.Info("no entry of the key file opens here (a new instance, or one on another CPU); asking a running instance for the data key", "keyID", fmt.Sprintf("%x", rec.KeyID[:8]))
 	fk, err := v.source.FetchKey(fctx, rec.KeyID)
 	if err != nil {
-		return nil, &keyProblem{"no entry of the key file opens here and no running instance gave the data key (all instances that hold it are gone, run another enclave, or are not genuine)", err}
+		return nil, &KeyProblem{"no entry of the key file opens here and no running instance gave the data key (all instances that hold it are gone, run another enclave, or are not genuine)", err}
 	}
 	if fk == nil || fk.Allows == nil {
-		return nil, &keyProblem{"the data key source gave no way to check the giver against the state's seal mode", errors.New("FetchedKey.Allows is nil")}
+		return nil, &KeyProblem{"the data key source gave no way to check the giver against the state's seal mode", errors.New("FetchedKey.Allows is nil")}
 	}
 	if !rec.Verify(fk.DEK) {
-		return nil, &keyProblem{"the data key a peer gave does not match the key record", errors.New("key ID or binding tag mismatch")}
+		return nil, &KeyProblem{"the data key a peer gave does not match the key record", errors.New("key ID or binding tag mismatch")}
 	}
 	v.fetched = fk
 	v.needEntry = true
 	return fk.DEK, nil
 }
 
-// checkFetched checks, when the key of the state just opened came from
+// CheckFetched checks, when the key of the state just opened came from
 // the KeySource, that its giver may hold the key of a state with the
 // state's seal mode; the key is not used otherwise (not kept for PeerKey,
 // not sealed into the key file).
-func (v *vault) checkFetched(mode string) error {
+func (v *Vault) CheckFetched(mode string) error {
 	fk := v.fetched
 	v.fetched = nil
 	if fk == nil {
@@ -191,7 +193,7 @@ func (v *vault) checkFetched(mode string) error {
 // under dek: records for the new blob (and, while the data key changes,
 // the stored one), this instance's entries sealed anew, and the other
 // instances' entries of those keys.
-func (v *vault) instanceKeyFile(dek []byte, binding [32]byte, mode string) ([]byte, error) {
+func (v *Vault) instanceKeyFile(dek []byte, binding [32]byte, mode string) ([]byte, error) {
 	kf, err := v.buildKeyFile(dek, binding, mode)
 	if err != nil {
 		return nil, err
@@ -199,7 +201,7 @@ func (v *vault) instanceKeyFile(dek []byte, binding [32]byte, mode string) ([]by
 	return kf.Encode()
 }
 
-func (v *vault) buildKeyFile(dek []byte, binding [32]byte, mode string) (*seal.InstanceKeyFile, error) {
+func (v *Vault) buildKeyFile(dek []byte, binding [32]byte, mode string) (*seal.InstanceKeyFile, error) {
 	type key struct {
 		dek  []byte
 		mode string
@@ -228,7 +230,7 @@ func (v *vault) buildKeyFile(dek []byte, binding [32]byte, mode string) (*seal.I
 
 // otherEntries are the other instances' entries of the last key file for
 // the keys of records, the oldest dropped so that room entries remain.
-func (v *vault) otherEntries(records []seal.KeyRecord, room int) []seal.InstanceEntry {
+func (v *Vault) otherEntries(records []seal.KeyRecord, room int) []seal.InstanceEntry {
 	if v.keys == nil {
 		return nil
 	}
@@ -248,7 +250,7 @@ func (v *vault) otherEntries(records []seal.KeyRecord, room int) []seal.Instance
 }
 
 // committed records a key file this instance stored with dek.
-func (v *vault) committed(keyFile, dek []byte, mode string) {
+func (v *Vault) committed(keyFile, dek []byte, mode string) {
 	if v.instance == nil {
 		return
 	}
@@ -259,11 +261,11 @@ func (v *vault) committed(keyFile, dek []byte, mode string) {
 	v.remember(dek, mode)
 }
 
-// addOwnEntry adds this instance's entry to the stored key file (a
+// AddOwnEntry adds this instance's entry to the stored key file (a
 // compare-and-swap of the key file alone; the blob does not change) when
 // the key was opened another way. A failure is logged: the next commit of
 // this instance adds the entry anyway.
-func (v *vault) addOwnEntry(ctx context.Context) {
+func (v *Vault) AddOwnEntry(ctx context.Context) {
 	if !v.needEntry || v.instance == nil || v.keys == nil || v.disk == nil || v.disk.dek == nil {
 		return
 	}

@@ -1,10 +1,10 @@
-package core
+package vault
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -12,13 +12,13 @@ import (
 	"github.com/quarry-cc/quarry/internal/store"
 )
 
-// chunkStore is the capability of a shared store to keep a state as a
-// head and chunks (statechunks.go; etcdstore.Store): chunks are written
+// ChunkStore is the capability of a shared store to keep a state as a
+// head and chunks (statechunks.go; e.g. etcdstore.Store): chunks are written
 // with the head that references them, or before it, and deleted only in
 // the transaction of a head that no longer references them, so that
 // every stored head finds its chunks (older heads at their own revision,
 // from the store's history).
-type chunkStore interface {
+type ChunkStore interface {
 	// PutChunks stores chunks if the head's revision is still prev.
 	PutChunks(ctx context.Context, prev store.Revision, chunks map[string][]byte) error
 	// SaveHead is SavePair that also stores puts and deletes deletes.
@@ -34,9 +34,9 @@ type chunkStore interface {
 	TxnLimits() (bytes, ops int)
 }
 
-// committedNotifier is told the revision of each head this instance
+// CommittedNotifier is told the revision of each head this instance
 // stored (etcdstore compacts the history behind it).
-type committedNotifier interface {
+type CommittedNotifier interface {
 	Committed(rev store.Revision)
 }
 
@@ -50,23 +50,23 @@ type chunked struct {
 	ckeys    *chunkKeys
 	ckeysDEK []byte
 	// cache holds the chunks of the state last opened or stored.
-	cache *stateLayout
+	cache *Layout
 	// orphans are chunks that no stored head references, deleted with
 	// the next commits (never one the committed head references).
 	orphans []string
 	swept   time.Time
 }
 
-func (v *vault) chunkStore() chunkStore {
+func (v *Vault) chunkStore() ChunkStore {
 	if v.shared() == nil {
 		return nil
 	}
-	cs, _ := v.data.(chunkStore)
+	cs, _ := v.data.(ChunkStore)
 	return cs
 }
 
 // keysFor returns the chunk keys of dek.
-func (v *vault) keysFor(dek []byte) *chunkKeys {
+func (v *Vault) keysFor(dek []byte) *chunkKeys {
 	if v.ckeys == nil || !bytes.Equal(v.ckeysDEK, dek) {
 		v.ckeys, v.ckeysDEK = deriveChunkKeys(dek), bytes.Clone(dek)
 	}
@@ -75,7 +75,7 @@ func (v *vault) keysFor(dek []byte) *chunkKeys {
 
 // fetcher reads chunks of the head at revision at: from the cache when
 // the state last opened or stored has them, else from the store.
-func (v *vault) fetcher(ctx context.Context, cs chunkStore, k *chunkKeys, at store.Revision) chunkFetcher {
+func (v *Vault) fetcher(ctx context.Context, cs ChunkStore, k *chunkKeys, at store.Revision) chunkFetcher {
 	return func(depth int, names []string) (map[string][]byte, error) {
 		out := make(map[string][]byte, len(names))
 		var missing []string
@@ -97,12 +97,12 @@ func (v *vault) fetcher(ctx context.Context, cs chunkStore, k *chunkKeys, at sto
 		}
 		blobs, err := cs.LoadChunks(ctx, at, missing)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errSharedRead, err)
+			return nil, fmt.Errorf("%w: %w", ErrSharedRead, err)
 		}
 		for _, n := range missing {
 			b, ok := blobs[n]
 			if !ok {
-				return nil, fmt.Errorf("%w: chunk %s is not stored", errChunks, n)
+				return nil, fmt.Errorf("%w: chunk %s is not stored", ErrChunks, n)
 			}
 			if out[n], err = k.openChunk(depth, n, b); err != nil {
 				return nil, err
@@ -112,19 +112,18 @@ func (v *vault) fetcher(ctx context.Context, cs chunkStore, k *chunkKeys, at sto
 	}
 }
 
-// openState decrypts blob, the stored sealed state, with dek; a head
+// Open decrypts blob, the stored sealed state, with dek; a head
 // (etcd) is joined with its chunks, read at the head's revision. An error
-// wraps errSharedRead when the store cannot be read, errChunks when a
+// wraps ErrSharedRead when the store cannot be read, ErrChunks when a
 // chunk is missing or damaged.
-func (c *Core) openState(ctx context.Context, dek, blob []byte) (hdr, plaintext []byte, layout *stateLayout, err error) {
+func (v *Vault) Open(ctx context.Context, dek, blob []byte) (hdr, plaintext []byte, layout *Layout, err error) {
 	hdr, plaintext, err = seal.Open(dek, blob)
-	if err != nil || !isChunkedHead(plaintext) {
+	if err != nil || !IsChunkedHead(plaintext) {
 		return hdr, plaintext, nil, err
 	}
-	v := &c.vault
 	cs := v.chunkStore()
 	if cs == nil {
-		return nil, nil, nil, fmt.Errorf("%w: the state is kept in chunks, but this store keeps none", errChunks)
+		return nil, nil, nil, fmt.Errorf("%w: the state is kept in chunks, but this store keeps none", ErrChunks)
 	}
 	k := v.keysFor(dek)
 	plaintext, layout, err = joinState(k, plaintext, v.fetcher(ctx, cs, k, v.dataRev))
@@ -134,14 +133,14 @@ func (c *Core) openState(ctx context.Context, dek, blob []byte) (hdr, plaintext 
 	return hdr, plaintext, layout, nil
 }
 
-// splitForStore returns what a commit of plaintext under dek stores as
+// Split returns what a commit of plaintext under dek stores as
 // the sealed state: on a store that keeps chunks the head's plaintext and
 // its chunks, else plaintext itself.
-func (c *Core) splitForStore(dek, plaintext []byte) ([]byte, *stateLayout, error) {
-	if c.vault.chunkStore() == nil {
+func (v *Vault) Split(dek, plaintext []byte) ([]byte, *Layout, error) {
+	if v.chunkStore() == nil {
 		return plaintext, nil, nil
 	}
-	return splitState(c.vault.keysFor(dek), plaintext)
+	return splitState(v.keysFor(dek), plaintext)
 }
 
 // saveShared stores blob (a head, when l is set) and keyFile in one
@@ -150,7 +149,7 @@ func (c *Core) splitForStore(dek, plaintext []byte) ([]byte, *stateLayout, error
 // (guarded by the head's revision). The chunks the stored head referenced
 // and the new one does not, and orphans found by a sweep, are deleted in
 // the same transaction (as many as fit; the rest with the next commits).
-func (v *vault) saveShared(ctx context.Context, s sharedStore, blob, keyFile []byte, l *stateLayout, rand io.Reader) (store.Revision, error) {
+func (v *Vault) saveShared(ctx context.Context, s SharedStore, blob, keyFile []byte, l *Layout) (store.Revision, error) {
 	cs := v.chunkStore()
 	if cs == nil || l == nil {
 		wctx, cancel := context.WithTimeout(ctx, v.storeTimeout)
@@ -160,9 +159,9 @@ func (v *vault) saveShared(ctx context.Context, s sharedStore, blob, keyFile []b
 	maxBytes, maxOps := cs.TxnLimits()
 	fixed := len(blob) + len(keyFile)
 	if fixed > maxBytes {
-		return "", classify(ErrTooLarge, fmt.Errorf("the state's head and key file take %d bytes, more than the %d bytes one etcd request may carry here", fixed, maxBytes))
+		return "", tooLarge(fmt.Errorf("the state's head and key file take %d bytes, more than the %d bytes one etcd request may carry here", fixed, maxBytes))
 	}
-	var base *stateLayout
+	var base *Layout
 	if v.disk != nil && v.disk.layout != nil && v.disk.layout.keys.id == l.keys.id {
 		base = v.disk.layout
 	}
@@ -174,7 +173,7 @@ func (v *vault) saveShared(ctx context.Context, s sharedStore, blob, keyFile []b
 				continue
 			}
 		}
-		b, err := l.keys.sealChunk(rand, name, plain)
+		b, err := l.keys.sealChunk(rand.Reader, name, plain)
 		if err != nil {
 			return "", fmt.Errorf("sealing a chunk of the state: %w", err)
 		}
@@ -229,11 +228,12 @@ func (v *vault) saveShared(ctx context.Context, s sharedStore, blob, keyFile []b
 // copies, and their chunks, for the operator). They become orphans,
 // deleted with this and the next commits. A failed look is tried at the
 // next interval.
-func (v *vault) sweep(ctx context.Context, cs chunkStore, l *stateLayout) {
-	if !v.swept.IsZero() && time.Since(v.swept) < sweepInterval {
+func (v *Vault) sweep(ctx context.Context, cs ChunkStore, l *Layout) {
+	now := v.now()
+	if !v.swept.IsZero() && now.Sub(v.swept) < sweepInterval {
 		return
 	}
-	v.swept = time.Now()
+	v.swept = now
 	sctx, cancel := context.WithTimeout(ctx, v.storeTimeout)
 	defer cancel()
 	names, err := cs.ListChunks(sctx, "")
@@ -259,11 +259,11 @@ func (v *vault) sweep(ctx context.Context, cs chunkStore, l *stateLayout) {
 
 // committedChunks records that the head with layout l (nil: a single
 // blob) is the stored state, at revision rev when known.
-func (v *vault) committedChunks(l *stateLayout, rev store.Revision) {
+func (v *Vault) committedChunks(l *Layout, rev store.Revision) {
 	if l != nil {
 		v.cache = l
 	}
-	if n, ok := v.data.(committedNotifier); ok && rev != "" && l != nil {
+	if n, ok := v.data.(CommittedNotifier); ok && rev != "" && l != nil {
 		n.Committed(rev)
 	}
 }

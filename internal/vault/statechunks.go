@@ -1,4 +1,4 @@
-package core
+package vault
 
 import (
 	"crypto/hmac"
@@ -78,8 +78,9 @@ type chunkTree struct {
 	Refs  []byte `json:"refs"`
 }
 
-// isChunkedHead reports whether a decrypted plaintext is a head.
-func isChunkedHead(plaintext []byte) bool {
+// IsChunkedHead reports whether a decrypted plaintext is a head (a state
+// kept in chunks) rather than a whole state.
+func IsChunkedHead(plaintext []byte) bool {
 	var probe struct {
 		Version int `json:"quarryChunkedState"`
 	}
@@ -151,15 +152,15 @@ func (k *chunkKeys) boundary(data []byte) int {
 	return end
 }
 
-// stateLayout is one state in chunks: every chunk its head references,
+// Layout is one state in chunks: every chunk its head references,
 // by store name, in plaintext.
-type stateLayout struct {
+type Layout struct {
 	keys   *chunkKeys
 	chunks map[string][]byte
 }
 
-// plainBytes is the size of all chunks.
-func (l *stateLayout) plainBytes() int {
+// PlainBytes is the size of all chunks.
+func (l *Layout) PlainBytes() int {
 	n := 0
 	for _, c := range l.chunks {
 		n += len(c)
@@ -168,13 +169,13 @@ func (l *stateLayout) plainBytes() int {
 }
 
 // splitState cuts a state's JSON into a head's plaintext and its chunks.
-func splitState(k *chunkKeys, plaintext []byte) ([]byte, *stateLayout, error) {
+func splitState(k *chunkKeys, plaintext []byte) ([]byte, *Layout, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(plaintext, &fields); err != nil {
 		return nil, nil, fmt.Errorf("splitting the state: %w", err)
 	}
 	head := stateHead{Version: chunkLayoutVersion, Inline: map[string]json.RawMessage{}, Fields: map[string]chunkTree{}}
-	l := &stateLayout{keys: k, chunks: map[string][]byte{}}
+	l := &Layout{keys: k, chunks: map[string][]byte{}}
 	for name, raw := range fields {
 		if len(raw) <= inlineMax {
 			head.Inline[name] = raw
@@ -226,26 +227,26 @@ func cutRefs(refs []byte) [][]byte {
 	return out
 }
 
-// errChunks: a chunk the head references is missing or does not open (a
+// ErrChunks: a chunk the head references is missing or does not open (a
 // damaged or tampered store).
-var errChunks = errors.New("a chunk of the sealed state is missing or damaged")
+var ErrChunks = errors.New("a chunk of the sealed state is missing or damaged")
 
 // chunkFetcher returns the plaintexts of the chunks named (each checked
-// against its name), or an error wrapping errChunks for one that is
+// against its name), or an error wrapping ErrChunks for one that is
 // missing or damaged, or another error when the store cannot be read.
 type chunkFetcher func(depth int, names []string) (map[string][]byte, error)
 
 // joinState reads a head's chunks and returns the state's JSON and its
 // layout.
-func joinState(k *chunkKeys, headPlain []byte, fetch chunkFetcher) ([]byte, *stateLayout, error) {
+func joinState(k *chunkKeys, headPlain []byte, fetch chunkFetcher) ([]byte, *Layout, error) {
 	var head stateHead
-	if err := jsonUnmarshalStrict(headPlain, &head); err != nil {
+	if err := seal.DecodeJSON(headPlain, &head); err != nil {
 		return nil, nil, fmt.Errorf("the state's head is invalid: %w", err)
 	}
 	if head.Version != chunkLayoutVersion {
 		return nil, nil, fmt.Errorf("the state's head has layout version %d (this Coordinator reads %d)", head.Version, chunkLayoutVersion)
 	}
-	l := &stateLayout{keys: k, chunks: map[string][]byte{}}
+	l := &Layout{keys: k, chunks: map[string][]byte{}}
 	fields := maps.Clone(head.Inline)
 	if fields == nil {
 		fields = map[string]json.RawMessage{}
@@ -278,13 +279,13 @@ func joinState(k *chunkKeys, headPlain []byte, fetch chunkFetcher) ([]byte, *sta
 			}
 		}
 		if len(refs) != tree.Size {
-			return nil, nil, fmt.Errorf("%w: field %s has %d bytes, the head says %d", errChunks, name, len(refs), tree.Size)
+			return nil, nil, fmt.Errorf("%w: field %s has %d bytes, the head says %d", ErrChunks, name, len(refs), tree.Size)
 		}
 		fields[name] = refs
 	}
 	out, err := json.Marshal(fields)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", errChunks, err)
+		return nil, nil, fmt.Errorf("%w: %v", ErrChunks, err)
 	}
 	return out, l, nil
 }
@@ -307,14 +308,14 @@ func (k *chunkKeys) sealChunk(rand io.Reader, name string, plain []byte) ([]byte
 func (k *chunkKeys) openChunk(depth int, name string, blob []byte) ([]byte, error) {
 	hdr, plain, err := seal.Open(k.seal, blob)
 	if err != nil {
-		return nil, fmt.Errorf("%w: chunk %s: %v", errChunks, name, err)
+		return nil, fmt.Errorf("%w: chunk %s: %v", ErrChunks, name, err)
 	}
 	var h chunkHeader
 	if err := json.Unmarshal(hdr, &h); err != nil || h.Chunk != name {
-		return nil, fmt.Errorf("%w: chunk %s is stored under another name", errChunks, name)
+		return nil, fmt.Errorf("%w: chunk %s is stored under another name", ErrChunks, name)
 	}
 	if r := k.ref(depth, plain); k.name(r[:]) != name {
-		return nil, fmt.Errorf("%w: chunk %s does not match its name", errChunks, name)
+		return nil, fmt.Errorf("%w: chunk %s does not match its name", ErrChunks, name)
 	}
 	return plain, nil
 }

@@ -1,4 +1,4 @@
-package core
+package vault
 
 import (
 	"bytes"
@@ -112,7 +112,7 @@ func TestOpenChunkChecks(t *testing.T) {
 		"another name":      {1, k.name(r2[:]), blob},
 		"not a sealed blob": {0, name, []byte("x")},
 	} {
-		if _, err := k.openChunk(tc.depth, tc.name, tc.blob); !errors.Is(err, errChunks) {
+		if _, err := k.openChunk(tc.depth, tc.name, tc.blob); !errors.Is(err, ErrChunks) {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
