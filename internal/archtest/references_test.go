@@ -18,12 +18,6 @@ import (
 // decision number without its page, no issue number, and every
 // docs/...#anchor must name a heading or an <a id> of an existing page.
 
-// pendingCore lists the paths whose citations another change is rewriting
-// right now: internal/core is being split into packages and fixes its own
-// comments as it goes. Empty this list when that change lands; nothing else
-// may be added to it.
-var pendingCore = []string{"internal/core/"}
-
 var (
 	// A path into the documents kept beside the repository.
 	reSharedPath = regexp.MustCompile(`\.\./shared\b|\bshared/(spec|design|testdata|hooks)\b`)
@@ -201,11 +195,6 @@ func TestReferencesStayInTheRepository(t *testing.T) {
 		}
 		if rel == "internal/archtest/references_test.go" { // the rules' own examples
 			return nil
-		}
-		for _, p := range pendingCore {
-			if strings.HasPrefix(rel, p) {
-				return nil
-			}
 		}
 		src, err := os.ReadFile(path)
 		if err != nil {
