@@ -138,9 +138,10 @@ func (s *Store) SaveHead(ctx context.Context, blob []byte, prev store.Revision, 
 // revision at (the revision of the head that references them), so that a
 // chunk deleted since by a newer head is still found; when etcd has
 // compacted that revision, as it holds them now. A name that is not stored
-// is absent from the map; but when the revision was compacted and a name
-// is not stored now, the error wraps ErrHistoryGone (a newer head deleted
-// it: the caller's head is outdated).
+// is absent from the map; but when the revision was compacted, a name is
+// not stored now and the head has changed since, the error wraps
+// ErrHistoryGone (a newer head may have deleted it: the caller's head is
+// outdated).
 func (s *Store) LoadChunks(ctx context.Context, at store.Revision, names []string) (map[string][]byte, error) {
 	n, ok := parseRev(at)
 	if !ok {
@@ -158,29 +159,37 @@ func (s *Store) LoadChunks(ctx context.Context, at store.Revision, names []strin
 		resp, err := s.c.cli.Txn(ctx).Then(ops...).Commit()
 		compacted := errors.Is(err, rpctypes.ErrCompacted)
 		if compacted {
+			// Read as stored now, with the head's revision in the same
+			// read.
 			for i := range ops {
 				ops[i] = clientv3.OpGet(s.chunkKey(batch[i]))
 			}
+			ops = append(ops, clientv3.OpGet(s.key, clientv3.WithKeysOnly()))
 			resp, err = s.c.cli.Txn(ctx).Then(ops...).Commit()
 		}
 		if err != nil {
 			return nil, fmt.Errorf("etcdstore: loading chunks: %w", err)
 		}
+		headMoved := false
 		for _, r := range resp.Responses {
 			for _, kv := range r.GetResponseRange().GetKvs() {
+				if string(kv.Key) == s.key {
+					headMoved = kv.ModRevision != n
+					continue
+				}
 				out[strings.TrimPrefix(string(kv.Key), s.c.prefix+chunkDir)] = append([]byte{}, kv.Value...)
 			}
 		}
-		if !compacted {
-			continue
+		if !compacted || !headMoved {
+			continue // a chunk missing under the head that names it is missing
 		}
-		// Read as stored now: a chunk missing now was deleted by a newer
-		// head after the one the caller read, not lost. The caller's head
-		// is outdated; it must read the head again, not take the state
-		// for damaged.
+		// A newer head has replaced the caller's since, and may have
+		// deleted chunks it no longer names: a chunk missing now is no
+		// sign of damage. The caller's head is outdated; it must read the
+		// head again.
 		for _, name := range batch {
 			if _, ok := out[name]; !ok {
-				return nil, fmt.Errorf("%w: chunk %s of the head at revision %d was deleted since (read the head again)", ErrHistoryGone, name, n)
+				return nil, fmt.Errorf("%w: chunk %s of the head at revision %d is gone, and the head has changed since (read the head again)", ErrHistoryGone, name, n)
 			}
 		}
 	}
