@@ -227,7 +227,7 @@ func VerifyManifest(root *x509.Certificate, m *v2.ManifestGetResponse) error {
 // has no separator, the quote must also be exactly one well-formed SGX
 // (raw or Open Enclave-wrapped) or TDX quote and tcbStatus one of Intel's
 // status names; otherwise a signature could be moved to a quote with bytes
-// appended and another status (README.md, "sign-quote"). The Coordinator
+// appended and another status (docs/attestation.md#sign-quote). The Coordinator
 // signs only the declared quote: a quote submitted with bytes after its end
 // is verified as DeclaredQuote returns it (zero padding after a TDX quote is
 // taken either way). Errors wrap ErrVerification; a malformed quote also

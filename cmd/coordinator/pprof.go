@@ -9,7 +9,7 @@ import (
 )
 
 // startProfiler serves net/http/pprof on 127.0.0.1:6060. It exists only in
-// builds with -tags pprof, for performance work (README "Performance").
+// builds with -tags pprof, for performance work (docs/performance.md).
 func startProfiler(log *slog.Logger) {
 	go func() {
 		log.Warn("pprof build: profiler listening on 127.0.0.1:6060")

@@ -152,7 +152,7 @@ MarbleRun's command line: the address may instead be the last argument, as
 marblerun takes it ('quarry manifest set manifest.json host:4433 -r rec.json').
 quarry then prints and writes what marblerun does (its messages, default files
 and the cached certificate of --coordinator-cert) and takes its defaults for
-trust; the README's flag table lists where quarry deliberately differs.
+trust; docs/cli.md lists where quarry deliberately differs.
 
 Trust: every command that talks to the Coordinator needs one of
   --root FILE        a root certificate you trust (e.g. saved with 'quarry certificate root'

@@ -4,7 +4,7 @@ package cli
 // last argument of each command; quarry recognises that form by the extra
 // argument and then prints and writes what marblerun does, takes its default
 // trust (./era-config.json, the cached chain at --coordinator-cert's default
-// location) and writes that cache where marblerun does. README.md, "quarry
+// location) and writes that cache where marblerun does. docs/cli.md, "quarry
 // in place of marblerun", lists the deliberate differences.
 
 import (

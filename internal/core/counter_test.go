@@ -121,7 +121,7 @@ func TestMonotonicCounterLimits(t *testing.T) {
 
 // TestDefaultCounterLimitsBoundTheState: with the default limits, the
 // counters of the most Marbles with the longest names add at most about
-// 0.5 MiB to the sealed state (the figure docs and README give).
+// 0.5 MiB to the sealed state (the figure docs/configuration.md gives).
 func TestDefaultCounterLimitsBoundTheState(t *testing.T) {
 	l := DefaultCounterLimits()
 	if l.MaxPerMarble <= 0 || l.MaxNameBytes <= 0 || l.MaxTotal <= 0 || l.MaxPerMarble > l.MaxTotal {

@@ -417,7 +417,7 @@ func sealModeName(m string) string {
 }
 
 // updatedSecrets computes the secrets after a full update and their
-// previous values, as MarbleRun does (README.md, "Secrets across full
+// previous values, as MarbleRun does (docs/client-api.md, "Secrets across full
 // updates"; templates' .Previous.Secrets):
 //
 //   - removed secrets go, with their previous values;

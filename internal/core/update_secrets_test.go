@@ -11,7 +11,7 @@ import (
 )
 
 // TestUpdatedSecretsPrevious: a full update replaces a secret's previous
-// value only when it regenerates the secret (MarbleRun's rule, README.md
+// value only when it regenerates the secret (MarbleRun's rule, docs/client-api.md,
 // "Secrets across full updates"): kept values keep their previous value,
 // regenerated ones get the value they had, new and redefined ones get their
 // new value, removed ones go from both maps.

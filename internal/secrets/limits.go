@@ -35,7 +35,7 @@ func DefaultLimits() Limits {
 }
 
 // Per-secret work estimates, measured on one core of a 2-core x86-64 VM
-// (see the README's performance section); RSA key generation grows with
+// (see docs/performance.md); RSA key generation grows with
 // about the fourth power of the modulus size.
 const (
 	workRSA2048   = 40 * time.Millisecond

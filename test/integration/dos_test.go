@@ -22,7 +22,7 @@ import (
 )
 
 // Sizes of TestClientAPIUnderDoS. The defaults keep it to seconds; the
-// figures in docs/http.md and the README come from
+// figures in docs/http.md and docs/limits.md come from
 //
 //	go test -run TestClientAPIUnderDoS -v ./test/integration -dos.conns 1000
 var (

@@ -17,7 +17,7 @@ type rotationSecrets struct {
 
 // TestRootSecretRotation runs a real Marble through full updates that
 // rotate the root secret, then do not, then do again (MarbleRun's rule,
-// README.md "Secrets across full updates"): a symmetric key changes only when the root
+// docs/client-api.md, "Secrets across full updates"): a symmetric key changes only when the root
 // secret rotates, and its .Previous value then becomes the value before the
 // rotation; an update that rotates nothing keeps both the key and its
 // .Previous exactly as they were, also across a restart. A certificate is

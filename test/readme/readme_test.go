@@ -1,9 +1,11 @@
-// Package readme runs the README's walkthroughs as a new user would: the
-// shell blocks between the walkthrough markers are extracted from README.md
-// (so the two cannot drift apart) and run with bash in a scratch directory,
-// with freshly built coordinator and quarry binaries on PATH, against a real
-// Coordinator on a free loopback port. It also checks that the flags and
-// exit codes the README names are the ones the binaries have.
+// Package readme runs the documentation's walkthroughs as a new user would:
+// the shell blocks between the walkthrough markers are extracted from the
+// page each lives on (README.md, docs/client-api.md, docs/ha.md,
+// docs/marbles.md; so the two cannot drift apart) and run with bash in a
+// scratch directory, with freshly built coordinator and quarry binaries on
+// PATH, against a real Coordinator on a free loopback port. It also checks
+// that the flags and exit codes the documentation names are the ones the
+// binaries have.
 package readme
 
 import (
@@ -76,13 +78,45 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-func readme(t *testing.T) string {
+// doc returns a page of the documentation, rel being its path from the
+// repository root ("README.md", "docs/ha.md").
+func doc(t *testing.T, rel string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	b, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(rel)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// markdownPages returns the paths (from the repository root) of every
+// Markdown page of the repository outside .git and testdata directories.
+func markdownPages(t *testing.T) []string {
+	t.Helper()
+	var pages []string
+	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); name == ".git" || name == "testdata" || name == ".cache" || name == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(path, ".md") {
+			rel, _ := filepath.Rel(repoRoot, path)
+			pages = append(pages, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pages, "README.md") || !slices.Contains(pages, "docs/configuration.md") {
+		t.Fatalf("found %v; the walk did not find the documentation", pages)
+	}
+	return pages
 }
 
 // between returns the text between the start and end markers, failing the
@@ -122,7 +156,7 @@ func fencedBlocks(text, lang string) []string {
 }
 
 // expectedOutput returns the comment lines that directly follow a command
-// line in the blocks: the README shows there, verbatim, a line the command
+// line in the blocks: the page shows there, verbatim, a line the command
 // prints.
 func expectedOutput(blocks []string) []string {
 	var want []string
@@ -150,7 +184,7 @@ func checkInOrder(t *testing.T, out string, want []string) {
 	for _, w := range want {
 		j := slices.Index(lines[i:], w)
 		if j < 0 {
-			t.Errorf("output lacks (after line %d) the line the README shows:\n  %s", i, w)
+			t.Errorf("output lacks (after line %d) the line the page shows:\n  %s", i, w)
 			continue
 		}
 		i += j + 1
@@ -183,14 +217,14 @@ func baseEnv() []string {
 	return append(env, "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
-// walkthrough is one finished run of a README walkthrough.
+// walkthrough is one finished run of a walkthrough of the documentation.
 type walkthrough struct {
 	stdout, stderr string
 	scratch        string // the directory the script made with mktemp -d
 }
 
 // runWalkthrough runs the blocks with bash (set -euo pipefail) from the
-// repository root, as the README says, against a Coordinator on a free
+// repository root, as the pages say, against a Coordinator on a free
 // loopback port. The script's process group is killed when it ends, so a
 // Coordinator it leaves running does not outlive the test; whether it did is
 // reported as a failure.
@@ -289,7 +323,7 @@ func TestCLIWalkthrough(t *testing.T) {
 		}
 		t.Skip("openssl is not installed")
 	}
-	blocks := fencedBlocks(between(t, readme(t), "<!-- walkthrough:start -->", "<!-- walkthrough:end -->"), "sh")
+	blocks := fencedBlocks(between(t, doc(t, "README.md"), "<!-- walkthrough:start -->", "<!-- walkthrough:end -->"), "sh")
 	if len(blocks) < 5 {
 		t.Fatalf("found %d sh blocks in the walkthrough, want the whole walkthrough", len(blocks))
 	}
@@ -359,7 +393,7 @@ func TestCLIWalkthrough(t *testing.T) {
 	}
 }
 
-// TestCurlWalkthrough runs the README's curl walkthrough.
+// TestCurlWalkthrough runs the curl walkthrough of docs/client-api.md.
 func TestCurlWalkthrough(t *testing.T) {
 	for _, tool := range []string{"curl", "jq", "base64"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -369,7 +403,7 @@ func TestCurlWalkthrough(t *testing.T) {
 			t.Skipf("%s is not installed", tool)
 		}
 	}
-	blocks := fencedBlocks(between(t, readme(t), "<!-- curl-walkthrough:start -->", "<!-- curl-walkthrough:end -->"), "sh")
+	blocks := fencedBlocks(between(t, doc(t, "docs/client-api.md"), "<!-- curl-walkthrough:start -->", "<!-- curl-walkthrough:end -->"), "sh")
 	if len(blocks) < 3 {
 		t.Fatalf("found %d sh blocks in the curl walkthrough", len(blocks))
 	}
@@ -392,7 +426,7 @@ func TestCurlWalkthrough(t *testing.T) {
 	}
 }
 
-// TestHAWalkthrough runs the README's high-availability walkthrough: it
+// TestHAWalkthrough runs the high-availability walkthrough of docs/ha.md: it
 // builds the binaries into its scratch directory, starts a three-member
 // etcd (Debian's etcd-server) and three Coordinators, sets the example
 // manifest through one instance and reads its status through another,
@@ -407,7 +441,7 @@ func TestHAWalkthrough(t *testing.T) {
 			t.Skipf("%s is not installed", tool)
 		}
 	}
-	blocks := fencedBlocks(between(t, readme(t), "<!-- ha-walkthrough:start -->", "<!-- ha-walkthrough:end -->"), "sh")
+	blocks := fencedBlocks(between(t, doc(t, "docs/ha.md"), "<!-- ha-walkthrough:start -->", "<!-- ha-walkthrough:end -->"), "sh")
 	if len(blocks) < 3 {
 		t.Fatalf("found %d sh blocks in the HA walkthrough", len(blocks))
 	}
@@ -446,16 +480,16 @@ func TestHAWalkthrough(t *testing.T) {
 	}
 }
 
-// TestSDKExampleInREADME checks that the Go program the README shows is
+// TestSDKExampleInREADME checks that the Go program docs/sdk.md shows is
 // examples/sdk/main.go, which the build and the walkthrough compile and run.
 func TestSDKExampleInREADME(t *testing.T) {
-	blocks := fencedBlocks(between(t, readme(t), "<!-- sdk-example:start -->", "<!-- sdk-example:end -->"), "go")
+	blocks := fencedBlocks(between(t, doc(t, "docs/sdk.md"), "<!-- sdk-example:start -->", "<!-- sdk-example:end -->"), "go")
 	if len(blocks) != 1 {
 		t.Fatalf("found %d go blocks between the sdk-example markers, want 1", len(blocks))
 	}
 	file := string(readFile(t, filepath.Join(repoRoot, "examples", "sdk", "main.go")))
 	if blocks[0] != file {
-		t.Errorf("the README's SDK example differs from examples/sdk/main.go; copy the file into the README")
+		t.Errorf("docs/sdk.md's SDK example differs from examples/sdk/main.go; copy the file into docs/sdk.md")
 	}
 }
 
@@ -463,55 +497,86 @@ func TestSDKExampleInREADME(t *testing.T) {
 // cobra help text lists.
 var cobraFlag = regexp.MustCompile(`(?m)^\s+(?:(-[a-zA-Z]), )?(--[a-z0-9-]+)`)
 
-// TestREADMEQuarryFlags checks every quarry command line in the README's sh
-// blocks: the command exists and has each flag the line uses, spelled as its
-// --help prints it.
+// TestREADMEQuarryFlags checks every quarry command line in the sh blocks
+// of every Markdown page: the command exists and has each flag the line
+// uses, spelled as its --help prints it.
 func TestREADMEQuarryFlags(t *testing.T) {
 	quarry := filepath.Join(binDir, "quarry")
-	checked := 0
-	for _, block := range fencedBlocks(readme(t), "sh") {
-		for line := range strings.Lines(block) {
-			line = strings.TrimSpace(line)
-			if !strings.HasPrefix(line, "quarry ") {
-				continue
-			}
-			if i := strings.Index(line, " #"); i >= 0 {
-				line = line[:i]
-			}
-			var words, flags []string
-			for _, f := range strings.Fields(line)[1:] {
-				f = strings.Trim(f, "[]")
-				switch {
-				case strings.HasPrefix(f, "-"):
-					name, _, _ := strings.Cut(f, "=")
-					flags = append(flags, name)
-				case len(flags) == 0 && f != "...":
-					words = append(words, f)
-				}
-			}
-			out, err := exec.Command(quarry, append(words, "--help")...).CombinedOutput()
-			if err != nil {
-				t.Errorf("README line %q: quarry %s --help: %v\n%s", line, strings.Join(words, " "), err, out)
-				continue
-			}
-			known := map[string]bool{}
-			for _, m := range cobraFlag.FindAllStringSubmatch(string(out), -1) {
-				known[m[2]] = true
-				if m[1] != "" {
-					known[m[1]] = true
-				}
-			}
-			for _, f := range flags {
-				if !known[f] {
-					t.Errorf("README line %q: quarry %s has no flag %s", line, strings.Join(words, " "), f)
-				}
-			}
-			checked++
+	total := 0
+	for _, page := range markdownPages(t) {
+		for _, block := range fencedBlocks(doc(t, page), "sh") {
+			total += checkQuarryLines(t, quarry, page, block)
 		}
 	}
-	if checked < 20 {
-		t.Errorf("checked %d quarry command lines; the README has more", checked)
+	// The pages that show many quarry commands: a parser that found none
+	// of them would check nothing.
+	for page, want := range map[string]int{"README.md": 10, "docs/cli.md": 15} {
+		if n := countQuarryLines(doc(t, page)); n < want {
+			t.Errorf("%s has %d quarry command lines in sh blocks, want at least %d", page, n, want)
+		}
 	}
+	if total < 40 {
+		t.Errorf("checked %d quarry command lines in all pages; the documentation has more", total)
+	}
+}
+
+// countQuarryLines counts the quarry command lines in the sh blocks of text.
+func countQuarryLines(text string) int {
+	n := 0
+	for _, block := range fencedBlocks(text, "sh") {
+		for line := range strings.Lines(block) {
+			if strings.HasPrefix(strings.TrimSpace(line), "quarry ") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// checkQuarryLines checks the quarry command lines of one sh block of page
+// against quarry's --help and returns how many it checked.
+func checkQuarryLines(t *testing.T, quarry, page, block string) int {
+	t.Helper()
+	checked := 0
+	for line := range strings.Lines(block) {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "quarry ") {
+			continue
+		}
+		if i := strings.Index(line, " #"); i >= 0 {
+			line = line[:i]
+		}
+		var words, flags []string
+		for _, f := range strings.Fields(line)[1:] {
+			f = strings.Trim(f, "[]")
+			switch {
+			case strings.HasPrefix(f, "-"):
+				name, _, _ := strings.Cut(f, "=")
+				flags = append(flags, name)
+			case len(flags) == 0 && f != "...":
+				words = append(words, f)
+			}
+		}
+		out, err := exec.Command(quarry, append(words, "--help")...).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s line %q: quarry %s --help: %v\n%s", page, line, strings.Join(words, " "), err, out)
+			continue
+		}
+		known := map[string]bool{}
+		for _, m := range cobraFlag.FindAllStringSubmatch(string(out), -1) {
+			known[m[2]] = true
+			if m[1] != "" {
+				known[m[1]] = true
+			}
+		}
+		for _, f := range flags {
+			if !known[f] {
+				t.Errorf("%s line %q: quarry %s has no flag %s", page, line, strings.Join(words, " "), f)
+			}
+		}
+		checked++
+	}
+	return checked
 }
 
 // coordinatorHelp returns the coordinator's flags (without dashes) with
@@ -542,16 +607,32 @@ func coordinatorHelp(t *testing.T) map[string]string {
 	return flags
 }
 
-// TestREADMECoordinatorFlags checks the README's settings tables: every flag
-// exists in coordinator --help, and the environment variable the row names
-// is the one --help names for that flag. Go's flag package accepts the
-// README's --name as well as the -name that --help prints.
+// TestREADMECoordinatorFlags checks the settings tables of every Markdown
+// page (docs/configuration.md, docs/attestation.md, …): every flag exists in
+// coordinator --help, and the environment variable the row names is the one
+// --help names for that flag. Go's flag package accepts the tables' --name
+// as well as the -name that --help prints.
 func TestREADMECoordinatorFlags(t *testing.T) {
 	help := coordinatorHelp(t)
+	checked := map[string]int{}
+	for _, page := range markdownPages(t) {
+		checked[page] = checkCoordinatorFlagRows(t, help, page, doc(t, page))
+	}
+	for page, want := range map[string]int{"docs/configuration.md": 30, "docs/attestation.md": 5} {
+		if checked[page] < want {
+			t.Errorf("checked %d coordinator flags in %s; its tables have more", checked[page], page)
+		}
+	}
+}
+
+// checkCoordinatorFlagRows checks the rows of page's tables that start with
+// coordinator flags and returns how many flags it checked.
+func checkCoordinatorFlagRows(t *testing.T, help map[string]string, page, text string) int {
+	t.Helper()
 	row := regexp.MustCompile("^\\| ((?:`--[a-z0-9-]+`(?:, )?)+) \\| (?:`([A-Z0-9_]+)`)?")
 	flagName := regexp.MustCompile("`--([a-z0-9-]+)`")
 	checked := 0
-	for line := range strings.Lines(readme(t)) {
+	for line := range strings.Lines(text) {
 		m := row.FindStringSubmatch(line)
 		if m == nil {
 			continue
@@ -560,25 +641,23 @@ func TestREADMECoordinatorFlags(t *testing.T) {
 		for _, n := range names {
 			desc, ok := help[n[1]]
 			if !ok {
-				t.Errorf("README row %q: coordinator --help has no flag -%s", strings.TrimSpace(line), n[1])
+				t.Errorf("%s row %q: coordinator --help has no flag -%s", page, strings.TrimSpace(line), n[1])
 				continue
 			}
 			if len(names) == 1 && m[2] != "" && !strings.Contains(desc, "["+m[2]) {
-				t.Errorf("README row %q: coordinator --help names another variable for -%s: %s", strings.TrimSpace(line), n[1], desc)
+				t.Errorf("%s row %q: coordinator --help names another variable for -%s: %s", page, strings.TrimSpace(line), n[1], desc)
 			}
 			checked++
 		}
 	}
-	if checked < 15 {
-		t.Errorf("checked %d coordinator flags; the README's tables have more", checked)
-	}
+	return checked
 }
 
-// documentedExitCode returns the code of the row of the README's coordinator
-// exit code table whose text contains key.
+// documentedExitCode returns the code of the row of the coordinator exit
+// code table (docs/configuration.md) whose text contains key.
 func documentedExitCode(t *testing.T, key string) int {
 	t.Helper()
-	table := between(t, readme(t), "`coordinator` exits with:", "Run all tests")
+	table := between(t, doc(t, "docs/configuration.md"), "<!-- exit-codes:start -->", "<!-- exit-codes:end -->")
 	row := regexp.MustCompile(`(?m)^\| (\d) \| (.*)\|$`)
 	for _, m := range row.FindAllStringSubmatch(table, -1) {
 		if strings.Contains(m[2], key) {
@@ -586,7 +665,7 @@ func documentedExitCode(t *testing.T, key string) int {
 			return code
 		}
 	}
-	t.Fatalf("the README's coordinator exit code table has no row with %q:\n%s", key, table)
+	t.Fatalf("docs/configuration.md's coordinator exit code table has no row with %q:\n%s", key, table)
 	return -1
 }
 
@@ -618,7 +697,7 @@ func runCoordinator(t *testing.T, env ...string) (int, string) {
 }
 
 // TestREADMECoordinatorExitCodes checks that the coordinator exits with the
-// codes the README's table documents: a bad EDG_STARTUP_MANIFEST (missing,
+// codes the table of docs/configuration.md documents: a bad EDG_STARTUP_MANIFEST (missing,
 // not a valid manifest), a bad setting, a listen address in use.
 func TestREADMECoordinatorExitCodes(t *testing.T) {
 	startup := documentedExitCode(t, "EDG_STARTUP_MANIFEST")
@@ -647,7 +726,7 @@ func TestREADMECoordinatorExitCodes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out := runCoordinator(t, tc.env)
 			if code != tc.want {
-				t.Errorf("exit code %d, the README says %d\n%s", code, tc.want, out)
+				t.Errorf("exit code %d, docs/configuration.md says %d\n%s", code, tc.want, out)
 			}
 			if !strings.Contains(out, tc.log) {
 				t.Errorf("output does not say %q:\n%s", tc.log, out)
@@ -802,7 +881,7 @@ var testPEMs = sync.OnceValue(func() map[string]string {
 // TestExamplesREADMEKeys checks that the openssl lines examples/README.md
 // shows are the walkthrough's, which the walkthrough test runs.
 func TestExamplesREADMEKeys(t *testing.T) {
-	walk := between(t, readme(t), "<!-- walkthrough:start -->", "<!-- walkthrough:end -->")
+	walk := between(t, doc(t, "README.md"), "<!-- walkthrough:start -->", "<!-- walkthrough:end -->")
 	text := string(readFile(t, filepath.Join(repoRoot, "examples", "README.md")))
 	n := 0
 	for _, block := range fencedBlocks(text, "sh") {
@@ -836,8 +915,7 @@ func TestMarblesWalkthrough(t *testing.T) {
 			t.Skipf("%s is not installed", tool)
 		}
 	}
-	doc := string(readFile(t, filepath.Join(repoRoot, "docs", "marbles.md")))
-	blocks := fencedBlocks(between(t, doc, "<!-- marbles-walkthrough:start -->", "<!-- marbles-walkthrough:end -->"), "sh")
+	blocks := fencedBlocks(between(t, doc(t, "docs/marbles.md"), "<!-- marbles-walkthrough:start -->", "<!-- marbles-walkthrough:end -->"), "sh")
 	if len(blocks) < 6 {
 		t.Fatalf("found %d sh blocks in the Marble walkthrough", len(blocks))
 	}
