@@ -55,6 +55,9 @@ type Options struct {
 	// ActivateReconnect makes each activation open a connection of its own
 	// (ActivateConfig.Reconnect).
 	ActivateReconnect bool
+	// ActivateResume, with ActivateReconnect, resumes each Marble's TLS
+	// session (ActivateConfig.Resume).
+	ActivateResume bool
 
 	// For Addr: Insecure skips server verification, else CACert (a PEM
 	// file) is the trusted root. CertFile and KeyFile are the client
@@ -119,6 +122,9 @@ func (o *Options) check() ([]string, error) {
 	}
 	if (o.MeshAddr == "") != (o.MarbleType == "") {
 		errs = append(errs, errors.New("-mesh-addr and -marble-type go together (a started Coordinator gets generated Marble types)"))
+	}
+	if o.ActivateResume && !o.ActivateReconnect {
+		errs = append(errs, errors.New("-activate-resume needs -activate-reconnect (a kept connection has nothing to resume)"))
 	}
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		errs = append(errs, errors.New("-cert and -key go together"))
