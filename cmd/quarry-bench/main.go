@@ -69,6 +69,13 @@ POST /api/v2/manifest on -runs fresh Coordinators. Scenarios:
                 runs it twice, each on a fresh Coordinator: activate-shared
                 (shared secrets only) and activate-cert (per-Marble
                 certificate and key)
+  upload-concurrent
+                POST /api/v2/secrets from -c users at once, each with its
+                own client certificate, connection and user-defined secret,
+                a new key every time; not run by default. A started
+                Coordinator gets the generated manifest; with -addr it must
+                be a fresh Coordinator without a manifest (Quarry or
+                MarbleRun), and quarry-bench sets it
 
 Exit status: 0 ok, 1 a scenario's error rate exceeded -max-error-rate,
 2 bad usage or the benchmark could not run.
@@ -78,16 +85,18 @@ Flags:
 		fs.PrintDefaults()
 	}
 	var (
-		scenarios    string
-		mix          string
-		jsonOut      bool
-		maxErrorRate float64
+		scenarios     string
+		mix           string
+		jsonOut       bool
+		maxErrorRate  float64
+		printManifest string
 	)
 	fs.StringVar(&o.CoordinatorBin, "coordinator-bin", "", "Coordinator `binary` to start (required unless -addr or -mesh-addr)")
 	fs.StringVar(&o.Addr, "addr", "", "use the running Coordinator at `host:port` (read scenarios only)")
 	fs.StringVar(&o.MeshAddr, "mesh-addr", "", "activate at the Marble API of a running Coordinator (or MarbleRun) at `host:port`; it must be in simulation mode (the quotes are empty)")
 	fs.StringVar(&o.MarbleType, "marble-type", "", "with -mesh-addr: the Marble `type` to activate as")
 	fs.BoolVar(&o.ActivateReconnect, "activate-reconnect", false, "activate: a new connection (TLS handshake) for every activation, as real Marbles do, instead of one per Marble")
+	fs.BoolVar(&o.ActivateResume, "activate-resume", false, "with -activate-reconnect: each Marble resumes its TLS session (a returning Marble) instead of a full handshake (a newly started one)")
 	fs.BoolVar(&o.Insecure, "insecure", false, "with -addr: do not verify the Coordinator's certificate")
 	fs.StringVar(&o.CACert, "cacert", "", "with -addr: trust this PEM root `file` (instead of -insecure)")
 	fs.StringVar(&o.CertFile, "cert", "", "with -addr: client certificate PEM `file` of a user for the secrets scenario")
@@ -104,12 +113,28 @@ Flags:
 	fs.StringVar(&mix, "mix", loadgen.DefaultMix.String(), "relative `weights` of the secret types: rsa (cert-rsa 2048), ecdsa (cert-ecdsa P-256), ed25519 (cert-ed25519), symmetric (256-bit key)")
 	fs.IntVar(&o.Runs, "runs", o.Runs, "set-manifest runs, each on a fresh Coordinator")
 	fs.BoolVar(&jsonOut, "json", false, "write the report as JSON")
+	fs.StringVar(&printManifest, "print-manifest", "", "write the activate scenario's manifest of Marble type `TYPE` ("+loadgen.ActivateMarbleShared+" or "+loadgen.ActivateMarbleCert+") to standard output and exit, to set it on a Coordinator that -mesh-addr then drives")
 	fs.Float64Var(&maxErrorRate, "max-error-rate", 0, "exit 1 if a scenario's share of failed requests (non-2xx and transport errors) exceeds this `fraction`")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		return exitFailed
+	}
+	if printManifest != "" {
+		if printManifest != loadgen.ActivateMarbleShared && printManifest != loadgen.ActivateMarbleCert {
+			fmt.Fprintf(stderr, "quarry-bench: -print-manifest: unknown Marble type %q (%s or %s)\n", printManifest, loadgen.ActivateMarbleShared, loadgen.ActivateMarbleCert)
+			return exitFailed
+		}
+		raw, err := loadgen.ActivateManifest(printManifest == loadgen.ActivateMarbleCert)
+		if err == nil {
+			_, err = fmt.Fprintf(stdout, "%s\n", raw)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "quarry-bench: %v\n", err)
+			return exitFailed
+		}
+		return exitOK
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "quarry-bench: unexpected arguments: %s\n", strings.Join(fs.Args(), " "))

@@ -32,6 +32,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"-coordinator-bin", "x", "-c", "0"}, "-c must be at least 1"},
 		{[]string{"-coordinator-bin", "x", "extra"}, "unexpected arguments: extra"},
 		{[]string{"-no-such-flag"}, "flag provided but not defined"},
+		{[]string{"-coordinator-bin", "x", "-activate-resume"}, "-activate-resume needs -activate-reconnect"},
+		{[]string{"-print-manifest", "nope"}, `-print-manifest: unknown Marble type "nope"`},
 	}
 	for _, tt := range tests {
 		code, stdout, stderr := runTool(t, tt.args...)
@@ -154,6 +156,24 @@ func TestAgainstCoordinator(t *testing.T) {
 	for _, line := range strings.Split(stdout, "\n") {
 		if f := strings.Fields(line); len(f) > 0 && f[0] == "status" && (len(f) < 10 || f[7] != "0" || f[8] != "0") {
 			t.Errorf("status row %q: want no errors", line)
+		}
+	}
+}
+
+// TestPrintManifest: -print-manifest writes the activate scenario's
+// manifest, valid for the Coordinator, with the Marble type asked for.
+func TestPrintManifest(t *testing.T) {
+	for _, typ := range []string{loadgen.ActivateMarbleShared, loadgen.ActivateMarbleCert} {
+		code, stdout, stderr := runTool(t, "-print-manifest", typ)
+		if code != exitOK || stderr != "" {
+			t.Fatalf("%s: exit %d, %s", typ, code, stderr)
+		}
+		if err := loadgen.CheckManifest([]byte(stdout)); err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		var m struct{ Marbles map[string]any }
+		if err := json.Unmarshal([]byte(stdout), &m); err != nil || m.Marbles[typ] == nil || len(m.Marbles) != 1 {
+			t.Fatalf("%s: Marbles %v, %v", typ, m.Marbles, err)
 		}
 	}
 }

@@ -130,6 +130,11 @@ type ActivateConfig struct {
 	// Reconnect opens a new connection (TCP and TLS handshake) for every
 	// activation instead of keeping one per Marble.
 	Reconnect bool
+	// Resume, with Reconnect, keeps each Marble's TLS session ticket and
+	// resumes it on the next connection (a Marble process that comes back
+	// to the Coordinator); without it every handshake is a full one, as a
+	// newly started Marble's.
+	Resume bool
 }
 
 // maxActivationAnswer bounds an activation answer (the rendered Files and
@@ -237,12 +242,16 @@ func newActivateMarble(cfg ActivateConfig, dials *atomic.Int64) (*activateMarble
 		// Marbles do not verify the Coordinator's certificate
 		// (docs/design/behaviour.md#marble-api); they check it through the
 		// parameters they receive.
-		creds: credentials.NewTLS(&tls.Config{
-			MinVersion:         tls.VersionTLS12,
-			InsecureSkipVerify: true,
-			Certificates:       []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}},
-		}),
 	}
+	tlsCfg := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true,
+		Certificates:       []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}},
+	}
+	if cfg.Resume {
+		tlsCfg.ClientSessionCache = tls.NewLRUClientSessionCache(1)
+	}
+	m.creds = credentials.NewTLS(tlsCfg)
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	m.dial = func(ctx context.Context, addr string) (net.Conn, error) {
 		conn, err := d.DialContext(ctx, "tcp", addr)
@@ -373,9 +382,12 @@ func meshAddrFromLog(log string) (string, error) {
 }
 
 // activateRequest describes the activate scenario's request in the report.
-func activateRequest(marbleType, desc string, reconnect bool) string {
+func activateRequest(marbleType, desc string, reconnect, resume bool) string {
 	conn := "one connection per Marble"
-	if reconnect {
+	switch {
+	case reconnect && resume:
+		conn = "a new connection per activation, resuming the TLS session"
+	case reconnect:
 		conn = "a new connection per activation"
 	}
 	s := fmt.Sprintf("gRPC /rpc.Marble/Activate, Marble type %q, %s", marbleType, conn)
@@ -398,11 +410,12 @@ func (b *bench) activate(ctx context.Context, name, addr, marbleType, desc strin
 		Warmup:     o.Warmup,
 		Timeout:    o.Timeout,
 		Reconnect:  o.ActivateReconnect,
+		Resume:     o.ActivateResume,
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	b.rep.Scenarios = append(b.rep.Scenarios, loadResult(name, activateRequest(marbleType, desc, o.ActivateReconnect), res))
+	b.rep.Scenarios = append(b.rep.Scenarios, loadResult(name, activateRequest(marbleType, desc, o.ActivateReconnect, o.ActivateResume), res))
 	return nil
 }
 

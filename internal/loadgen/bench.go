@@ -38,9 +38,10 @@ const (
 // Scenarios lists the scenarios that run by default, in the order they run.
 var Scenarios = []string{ScenarioStatus, ScenarioManifest, ScenarioQuote, ScenarioSecrets, ScenarioSetManifest}
 
-// AllScenarios lists every scenario in the order they run: the default ones
-// and activate, which runs when selected (or, with MeshAddr, by default).
-var AllScenarios = []string{ScenarioStatus, ScenarioManifest, ScenarioQuote, ScenarioSecrets, ScenarioActivate, ScenarioSetManifest}
+// AllScenarios lists every scenario in the order they run: the default ones,
+// activate, which runs when selected (or, with MeshAddr, by default), and
+// upload-concurrent (upload.go), which runs when selected.
+var AllScenarios = []string{ScenarioStatus, ScenarioManifest, ScenarioQuote, ScenarioSecrets, ScenarioActivate, ScenarioUploadConcurrent, ScenarioSetManifest}
 
 // Options configure a benchmark. Either CoordinatorBin (start
 // Coordinators) is set, or Addr and MeshAddr (use a running one), or both.
@@ -55,6 +56,9 @@ type Options struct {
 	// ActivateReconnect makes each activation open a connection of its own
 	// (ActivateConfig.Reconnect).
 	ActivateReconnect bool
+	// ActivateResume, with ActivateReconnect, resumes each Marble's TLS
+	// session (ActivateConfig.Resume).
+	ActivateResume bool
 
 	// For Addr: Insecure skips server verification, else CACert (a PEM
 	// file) is the trusted root. CertFile and KeyFile are the client
@@ -119,6 +123,9 @@ func (o *Options) check() ([]string, error) {
 	}
 	if (o.MeshAddr == "") != (o.MarbleType == "") {
 		errs = append(errs, errors.New("-mesh-addr and -marble-type go together (a started Coordinator gets generated Marble types)"))
+	}
+	if o.ActivateResume && !o.ActivateReconnect {
+		errs = append(errs, errors.New("-activate-resume needs -activate-reconnect (a kept connection has nothing to resume)"))
 	}
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		errs = append(errs, errors.New("-cert and -key go together"))
@@ -260,6 +267,11 @@ func (b *bench) remote(ctx context.Context, selected []string) error {
 			continue
 		case o.Addr == "":
 			skip = "needs -addr (the Client API); -mesh-addr is the Marble API"
+		case s == ScenarioUploadConcurrent:
+			if err := b.uploadOn(ctx, o.Addr, base); err != nil {
+				return err
+			}
+			continue
 		case s == ScenarioSetManifest:
 			skip = "needs fresh Coordinators: only with -coordinator-bin, not -addr"
 		case s == ScenarioSecrets && userTLS == nil:
@@ -286,11 +298,20 @@ func (b *bench) remote(ctx context.Context, selected []string) error {
 // scenarios, reads its memory, and times set-manifest on fresh Coordinators.
 func (b *bench) started(ctx context.Context, selected []string) error {
 	o := b.o
-	if slices.Equal(selected, []string{ScenarioActivate}) {
-		// Only the Marble API: no generated Client API manifest.
+	if !slices.ContainsFunc(selected, func(s string) bool { return s != ScenarioActivate && s != ScenarioUploadConcurrent }) {
+		// Only activate and upload, each on Coordinators of their own:
+		// no generated manifest.
 		b.rep.Target = Target{Started: true, Binary: o.CoordinatorBin}
 		b.rep.MemoryNote = "n/a: no read scenario ran"
-		return b.activateStarted(ctx)
+		if slices.Contains(selected, ScenarioActivate) {
+			if err := b.activateStarted(ctx); err != nil {
+				return err
+			}
+		}
+		if slices.Contains(selected, ScenarioUploadConcurrent) {
+			return b.uploadStarted(ctx)
+		}
+		return nil
 	}
 	cert, certPEM, err := NewUserCertificate("quarry-bench")
 	if err != nil {
@@ -312,7 +333,9 @@ func (b *bench) started(ctx context.Context, selected []string) error {
 	b.rep.Manifest = &info
 	b.rep.Target = Target{Started: true, Binary: o.CoordinatorBin}
 	b.rep.MemoryNote = "n/a: no read scenario ran"
-	reads := slices.DeleteFunc(slices.Clone(selected), func(s string) bool { return s == ScenarioSetManifest || s == ScenarioActivate })
+	reads := slices.DeleteFunc(slices.Clone(selected), func(s string) bool {
+		return s == ScenarioSetManifest || s == ScenarioActivate || s == ScenarioUploadConcurrent
+	})
 
 	if len(reads) > 0 {
 		c, err := StartCoordinator(ctx, o.CoordinatorBin, o.Env, o.StartTimeout)
@@ -353,6 +376,11 @@ func (b *bench) started(ctx context.Context, selected []string) error {
 
 	if slices.Contains(selected, ScenarioActivate) {
 		if err := b.activateStarted(ctx); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(selected, ScenarioUploadConcurrent) {
+		if err := b.uploadStarted(ctx); err != nil {
 			return err
 		}
 	}

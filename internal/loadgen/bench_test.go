@@ -37,6 +37,7 @@ func TestBenchRejectsOptions(t *testing.T) {
 		"negative size":    func(o *Options) { o.ManifestKB = -1 },
 		"unknown scenario": func(o *Options) { o.Scenarios = []string{"status", "stauts"} },
 		"no scenario":      func(o *Options) { o.Scenarios = []string{} },
+		"resume kept":      func(o *Options) { o.ActivateResume = true },
 	}
 	for name, mutate := range tests {
 		o := ok

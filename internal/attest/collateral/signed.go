@@ -57,6 +57,18 @@ func ParseTCBInfo(raw []byte) (*TCBInfo, error) {
 	if j.Version != 2 && j.Version != 3 {
 		return nil, fmt.Errorf("%w: TCB info: version %d (want 2 or 3)", ErrFormat, j.Version)
 	}
+	return j.decode(func(i int, tcb json.RawMessage, level *TCBLevel) error {
+		if j.Version == 3 {
+			return parseTCBv3(tcb, level)
+		}
+		return parseTCBv2(tcb, level)
+	})
+}
+
+// decode builds the TCB info of an unmarshalled document; parseTCB
+// decodes the "tcb" object of level i (whose kind depends on the version
+// and on SGX or TDX) into level.
+func (j *tcbInfoJSON) decode(parseTCB func(i int, tcb json.RawMessage, level *TCBLevel) error) (*TCBInfo, error) {
 	info := &TCBInfo{
 		ID: j.ID, Version: j.Version, IssueDate: j.IssueDate, NextUpdate: j.NextUpdate,
 		TCBType: j.TCBType, TCBEvaluationDataNumber: j.TCBEvaluationDataNumber,
@@ -72,16 +84,11 @@ func ParseTCBInfo(raw []byte) (*TCBInfo, error) {
 	}
 	for i, l := range j.TCBLevels {
 		level := TCBLevel{Status: l.TCBStatus, Advisories: l.AdvisoryIDs}
-		var err error
-		if j.Version == 3 {
-			err = parseTCBv3(l.TCB, &level)
-		} else {
-			err = parseTCBv2(l.TCB, &level)
-		}
-		if err != nil {
+		if err := parseTCB(i, l.TCB, &level); err != nil {
 			return nil, fmt.Errorf("%w: TCB info: level %d: %w", ErrFormat, i, err)
 		}
 		if l.TCBDate != "" {
+			var err error
 			if level.Date, err = time.Parse(time.RFC3339, l.TCBDate); err != nil {
 				return nil, fmt.Errorf("%w: TCB info: level %d: tcbDate: %w", ErrFormat, i, err)
 			}
@@ -94,25 +101,45 @@ func ParseTCBInfo(raw []byte) (*TCBInfo, error) {
 	return info, nil
 }
 
-func parseTCBv3(raw json.RawMessage, level *TCBLevel) error {
-	var t struct {
-		Comps []struct {
-			SVN *int `json:"svn"`
-		} `json:"sgxtcbcomponents"`
-		PCESVN *int `json:"pcesvn"`
+// tcbV3JSON is the "tcb" object of a version 3 TCB level; TDX levels
+// also carry "tdxtcbcomponents".
+type tcbV3JSON struct {
+	SGX    tcbComponents `json:"sgxtcbcomponents"`
+	TDX    tcbComponents `json:"tdxtcbcomponents"`
+	PCESVN *int          `json:"pcesvn"`
+}
+
+type tcbComponents []struct {
+	SVN *int `json:"svn"`
+}
+
+// decode reads the 16 SVNs of the components named name into dst.
+func (c tcbComponents) decode(dst *[16]uint8, name string) error {
+	if len(c) != len(dst) {
+		return fmt.Errorf("%d %s, want 16", len(c), name)
 	}
-	if err := json.Unmarshal(raw, &t); err != nil {
-		return err
-	}
-	if len(t.Comps) != len(level.CompSVN) {
-		return fmt.Errorf("%d sgxtcbcomponents, want 16", len(t.Comps))
-	}
-	for i, c := range t.Comps {
-		if err := svn8(c.SVN, &level.CompSVN[i], fmt.Sprintf("sgxtcbcomponents[%d]", i)); err != nil {
+	for i, comp := range c {
+		if err := svn8(comp.SVN, &dst[i], fmt.Sprintf("%s[%d]", name, i)); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// sgx decodes the SGX side of a version 3 level.
+func (t *tcbV3JSON) sgx(level *TCBLevel) error {
+	if err := t.SGX.decode(&level.CompSVN, "sgxtcbcomponents"); err != nil {
+		return err
+	}
 	return svn16(t.PCESVN, &level.PCESVN, "pcesvn")
+}
+
+func parseTCBv3(raw json.RawMessage, level *TCBLevel) error {
+	var t tcbV3JSON
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return err
+	}
+	return t.sgx(level)
 }
 
 func parseTCBv2(raw json.RawMessage, level *TCBLevel) error {

@@ -126,7 +126,18 @@ func ParseTDXTCBInfo(raw []byte) (*TDXTCBInfo, error) {
 	if j.Version != 3 {
 		return nil, fmt.Errorf("%w: TDX TCB info: version %d (want 3)", ErrFormat, j.Version)
 	}
-	base, err := ParseTCBInfo(raw)
+	// Each level's "tcb" is decoded once, both sides.
+	tdxComps := make([][16]uint8, len(j.TCBLevels))
+	base, err := j.tcbInfoJSON.decode(func(i int, raw json.RawMessage, level *TCBLevel) error {
+		var t tcbV3JSON
+		if err := json.Unmarshal(raw, &t); err != nil {
+			return err
+		}
+		if err := t.sgx(level); err != nil {
+			return err
+		}
+		return t.TDX.decode(&tdxComps[i], "tdxtcbcomponents")
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -166,25 +177,8 @@ func ParseTDXTCBInfo(raw []byte) (*TDXTCBInfo, error) {
 		}
 		info.ModuleIdentities = append(info.ModuleIdentities, id)
 	}
-	for i, l := range j.TCBLevels {
-		var t struct {
-			Comps []struct {
-				SVN *int `json:"svn"`
-			} `json:"tdxtcbcomponents"`
-		}
-		if err := json.Unmarshal(l.TCB, &t); err != nil {
-			return nil, fmt.Errorf("%w: TDX TCB info: level %d: %w", ErrFormat, i, err)
-		}
-		if len(t.Comps) != 16 {
-			return nil, fmt.Errorf("%w: TDX TCB info: level %d: %d tdxtcbcomponents, want 16", ErrFormat, i, len(t.Comps))
-		}
-		level := TDXTCBLevel{TCBLevel: base.Levels[i]}
-		for k, c := range t.Comps {
-			if err := svn8(c.SVN, &level.TDXCompSVN[k], fmt.Sprintf("tdxtcbcomponents[%d]", k)); err != nil {
-				return nil, fmt.Errorf("%w: TDX TCB info: level %d: %w", ErrFormat, i, err)
-			}
-		}
-		info.Levels = append(info.Levels, level)
+	for i, l := range base.Levels {
+		info.Levels = append(info.Levels, TDXTCBLevel{TCBLevel: l, TDXCompSVN: tdxComps[i]})
 	}
 	return info, nil
 }

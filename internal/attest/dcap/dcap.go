@@ -126,26 +126,21 @@ func (v *Verifier) Verify(ctx context.Context, quote []byte) (*Result, error) {
 		}
 		return nil, fail(StepParse, ErrFormat, err)
 	}
-	c, err := v.verifyCommon(ctx, evidence{
+	c, err := v.verifyCommon(ctx, keySGX, evidence{
 		vendor: q.Header.QEVendorID, chain: q.PCKChain, qeReport: &q.QEReport, qeReportSig: q.QEReportSignature[:],
 		attKey: q.AttestationKey[:], authData: q.QEAuthData, signed: q.SignedData(), sig: q.Signature[:],
 	}, now, v.Collateral)
 	if err != nil {
 		return nil, err
 	}
-	col, root, ext, ca, validity := c.col, c.root, c.ext, c.ca, &c.validity
+	ext, ca, validity := c.ext, c.ca, &c.validity
 
 	// Step 3: TCB info.
-	if err := checkSigned(col.TCBInfo, col.TCBInfoSignature, col.TCBInfoIssuerChain, root, col.RootCACRL, now); err != nil {
-		return nil, fail(StepTCBInfo, kindOf(err), err)
-	}
-	info, err := collateral.ParseTCBInfo(col.TCBInfo)
+	info, err := c.tcbInfo(now)
 	if err != nil {
-		return nil, fail(StepTCBInfo, ErrCollateral, err)
+		return nil, err
 	}
 	switch {
-	case info.Version == 3 && info.ID != idTCBInfoSGX:
-		return nil, fail(StepTCBInfo, ErrCollateral, fmt.Errorf("id %q, want %q", info.ID, idTCBInfoSGX))
 	case info.FMSPC != ext.FMSPC:
 		return nil, fail(StepTCBInfo, ErrCollateral, fmt.Errorf("FMSPC %X, but the PCK certificate's is %X", info.FMSPC, ext.FMSPC))
 	case info.PCEID != ext.PCEID:
@@ -154,16 +149,11 @@ func (v *Verifier) Verify(ctx context.Context, quote []byte) (*Result, error) {
 	validity.add("TCB info", info.IssueDate, info.NextUpdate, now)
 
 	// Step 4: QE identity.
-	if err := checkSigned(col.QEIdentity, col.QEIdentitySignature, col.QEIdentityIssuerChain, root, col.RootCACRL, now); err != nil {
-		return nil, fail(StepQEIdentity, kindOf(err), err)
-	}
-	qeID, err := collateral.ParseQEIdentity(col.QEIdentity)
+	qeID, err := c.qeIdentity(now, idQEIdentityQE, false)
 	if err != nil {
-		return nil, fail(StepQEIdentity, ErrCollateral, err)
+		return nil, err
 	}
-	if qeID.ID != idQEIdentityQE {
-		return nil, fail(StepQEIdentity, ErrCollateral, fmt.Errorf("id %q, want %q", qeID.ID, idQEIdentityQE))
-	}
+	c.remember() // every check of the collateral alone passed
 	validity.add("QE identity", qeID.IssueDate, qeID.NextUpdate, now)
 
 	// Step 8: the QE matches its identity; its TCB level.

@@ -218,10 +218,12 @@ func BenchmarkVerify(b *testing.B) {
 	quote, _, v := phalaVerifier(b)
 	ctx := context.Background()
 	b.ReportAllocs()
+	start := cpuTime()
 	for b.Loop() {
 		if _, err := v.Verify(ctx, quote); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "verifications/s")
+	reportPerCPUSecond(b, start)
 }

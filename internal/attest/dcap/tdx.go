@@ -77,26 +77,21 @@ func (v *Verifier) verifyTDX(ctx context.Context, quote []byte, now time.Time) (
 	if v.Collateral != nil {
 		src = tdxSource{v.Collateral}
 	}
-	c, err := v.verifyCommon(ctx, evidence{
+	c, err := v.verifyCommon(ctx, keyTDX, evidence{
 		vendor: q.Header.QEVendorID, chain: q.PCKChain, qeReport: &q.QEReport, qeReportSig: q.QEReportSignature[:],
 		attKey: q.AttestationKey[:], authData: q.QEAuthData, signed: q.SignedData(), sig: q.Signature[:],
 	}, now, src)
 	if err != nil {
 		return nil, err
 	}
-	col, ext, td := c.col, c.ext, &q.Body
+	ext, td := c.ext, &q.Body
 
 	// TDX TCB info.
-	if err := checkSigned(col.TCBInfo, col.TCBInfoSignature, col.TCBInfoIssuerChain, c.root, col.RootCACRL, now); err != nil {
-		return nil, fail(StepTCBInfo, kindOf(err), err)
-	}
-	info, err := collateral.ParseTDXTCBInfo(col.TCBInfo)
+	info, err := c.tdxTCBInfo(now)
 	if err != nil {
-		return nil, fail(StepTCBInfo, ErrCollateral, err)
+		return nil, err
 	}
 	switch {
-	case info.ID != idTCBInfoTDX:
-		return nil, fail(StepTCBInfo, ErrCollateral, fmt.Errorf("id %q, want %q for a TDX quote", info.ID, idTCBInfoTDX))
 	case info.FMSPC != ext.FMSPC: // decoded bytes: the hex's case does not matter
 		return nil, fail(StepTCBInfo, ErrCollateral, fmt.Errorf("FMSPC %X, but the PCK certificate's is %X", info.FMSPC, ext.FMSPC))
 	case info.PCEID != ext.PCEID:
@@ -105,16 +100,11 @@ func (v *Verifier) verifyTDX(ctx context.Context, quote []byte, now time.Time) (
 	c.validity.add("TCB info", info.IssueDate, info.NextUpdate, now)
 
 	// TD QE identity.
-	if err := checkSigned(col.QEIdentity, col.QEIdentitySignature, col.QEIdentityIssuerChain, c.root, col.RootCACRL, now); err != nil {
-		return nil, fail(StepQEIdentity, kindOf(err), err)
-	}
-	qeID, err := collateral.ParseQEIdentity(col.QEIdentity)
+	qeID, err := c.qeIdentity(now, idQEIdentityTDQE, true)
 	if err != nil {
-		return nil, fail(StepQEIdentity, ErrCollateral, err)
+		return nil, err
 	}
-	if qeID.ID != idQEIdentityTDQE {
-		return nil, fail(StepQEIdentity, ErrCollateral, fmt.Errorf("id %q, want %q for a TDX quote", qeID.ID, idQEIdentityTDQE))
-	}
+	c.remember() // every check of the collateral alone passed
 	c.validity.add("QE identity", qeID.IssueDate, qeID.NextUpdate, now)
 
 	// TDX module identity (QVL 4.1.2.4.11).

@@ -30,6 +30,7 @@ import (
 	"github.com/quarry-cc/quarry/api/marblepb"
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/limit"
+	"github.com/quarry-cc/quarry/internal/server/tlscert"
 )
 
 // Coordinator is what the Marble API needs from the core.
@@ -214,14 +215,17 @@ func New(c Coordinator, cert func() *tls.Certificate, opts Options) *Server {
 // certificate of any kind required. The client certificate is not
 // chain-verified: a Marble's certificate is self-made, and it is bound to
 // the Marble by its quote (report data = SHA-256 of the certificate).
+//
+// A Marble that comes back with a session ticket resumes its TLS session
+// while the Marble Root is unchanged (tlscert): the resumed session keeps
+// the client certificate whose key the first handshake proved, and saves
+// both ECDSA signatures of a full handshake.
 func TLSConfig(cert func() *tls.Certificate) *tls.Config {
-	return &tls.Config{
+	return tlscert.Server(&tls.Config{
 		MinVersion: tls.VersionTLS12,
 		ClientAuth: tls.RequireAnyClientCert,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return cert(), nil
-		},
-	}
+		NextProtos: []string{"h2"},
+	}, cert)
 }
 
 // GetServiceInfo describes the served methods (for metrics that create

@@ -22,6 +22,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/admission"
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/secrets"
+	"github.com/quarry-cc/quarry/internal/server/tlscert"
 )
 
 // Coordinator is what the REST server needs from the core.
@@ -275,15 +276,16 @@ func allowHeader(methods map[string][]string, path string) string {
 // TLSConfig returns the Client API's TLS configuration: TLS 1.2 or newer,
 // the Coordinator's current root certificate, and a client certificate
 // requested (users are checked per request) but not required.
+//
+// A client that comes back with a session ticket resumes its TLS session
+// while the root is unchanged (tlscert); every request is checked as over a
+// new connection.
 func TLSConfig(cert func() *tls.Certificate) *tls.Config {
-	return &tls.Config{
+	return tlscert.Server(&tls.Config{
 		MinVersion: tls.VersionTLS12,
 		ClientAuth: tls.RequestClientCert,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return cert(), nil
-		},
 		// http/1.0: clients that offer only it get HTTP/1.x instead of a
 		// failed handshake.
 		NextProtos: []string{"h2", "http/1.1", "http/1.0"},
-	}
+	}, cert)
 }

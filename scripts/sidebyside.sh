@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# sidebyside.sh measures this checkout's Coordinator (A) against MarbleRun's
+# no-enclave Coordinator (B) with quarry-bench, on the same machine, the
+# same manifests and the same load: Marble activations over kept
+# connections, with a new connection per activation (full handshakes), with
+# a new connection that resumes its TLS session, and concurrent secret
+# uploads by several users. A second copy of A (A2, the same binary) runs as
+# well: the A/A difference is the noise of the machine. A, B and A2 run
+# interleaved, ROUNDS times; the script prints every figure and the medians.
+#
+# MarbleRun is built in a temporary directory from its source in the Go
+# module cache (downloaded with `go mod download` if missing), as its CMake
+# target coordinator-noenclave builds it (GOFIPS140=latest, -trimpath); the
+# repository itself does not depend on MarbleRun. MR_BIN=path skips that
+# build. Needs go, curl and python3.
+#
+#   scripts/sidebyside.sh                  # 3 rounds of 10 s per figure, ~10 min
+#   ROUNDS=1 DURATION=5s scripts/sidebyside.sh
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10s}
+MARBLES=${MARBLES:-32}
+USERS=${USERS:-32}
+MR_VERSION=${MR_VERSION:-v1.9.1}
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+pid=""
+cleanup() {
+	if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "building A (this checkout) in $work" >&2
+go build -C "$repo" -o "$work/quarry" ./cmd/coordinator
+go build -C "$repo" -o "$work/bench" ./cmd/quarry-bench
+mr=${MR_BIN:-}
+if [ -z "$mr" ]; then
+	src="$(go env GOMODCACHE)/github.com/edgelesssys/marblerun@$MR_VERSION"
+	if [ ! -d "$src" ]; then
+		(cd "$work" && GOFLAGS=-mod=mod go mod download "github.com/edgelesssys/marblerun@$MR_VERSION")
+	fi
+	echo "building B (MarbleRun $MR_VERSION, coordinator-noenclave) in $work/mr" >&2
+	cp -r "$src" "$work/mr"
+	chmod -R u+w "$work/mr"
+	(cd "$work/mr" && GOFIPS140=latest go build -trimpath -buildvcs=false -o "$work/marblerun" ./cmd/coordinator)
+	mr="$work/marblerun"
+fi
+"$work/bench" -print-manifest bench-shared >"$work/activate.json"
+
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# start BINARY: a fresh Coordinator on free loopback ports; sets pid, addr
+# and mesh. Quarry's per-source limits are raised as quarry-bench does for
+# the Coordinators it starts (all load comes from 127.0.0.1).
+start() {
+	local dir client meshport
+	dir=$(mktemp -d -p "$work")
+	mkdir "$dir/seal"
+	client=$(freeport)
+	meshport=$(freeport)
+	EDG_COORDINATOR_CLIENT_ADDR=127.0.0.1:$client EDG_COORDINATOR_MESH_ADDR=127.0.0.1:$meshport \
+		EDG_COORDINATOR_SEAL_DIR=$dir/seal EDG_COORDINATOR_DNS_NAMES=localhost,127.0.0.1 \
+		QUARRY_CLIENT_MAX_PER_SOURCE=1000000 QUARRY_MESH_MAX_CONNECTIONS=65536 QUARRY_MESH_MAX_CONNECTIONS_PER_SOURCE=65536 \
+		"$1" >"$dir/log" 2>&1 &
+	pid=$!
+	addr=127.0.0.1:$client
+	mesh=127.0.0.1:$meshport
+	for _ in $(seq 300); do
+		if curl -sfk "https://$addr/api/v2/status" >/dev/null 2>&1; then return 0; fi
+		sleep 0.1
+	done
+	echo "$1 did not start; its log:" >&2
+	cat "$dir/log" >&2
+	exit 1
+}
+
+stop() {
+	kill "$pid"
+	wait "$pid" 2>/dev/null || true
+	pid=""
+}
+
+# rate: quarry-bench's JSON report on stdin → requests/s of its scenario,
+# or "failed" when it had errors.
+rate() {
+	python3 -c 'import json, sys
+s = json.load(sys.stdin)["scenarios"][0]
+print("failed" if s.get("errors") or s.get("non2xx") else round(s["requestsPerSecond"], 1))'
+}
+
+results="$work/results"
+: >"$results"
+for round in $(seq "$ROUNDS"); do
+	for variant in A B A2; do
+		bin="$work/quarry"
+		[ "$variant" = B ] && bin="$mr"
+		start "$bin"
+		curl -sfk --data-binary "@$work/activate.json" "https://$addr/manifest" >/dev/null
+		for mode in kept reconnect resume; do
+			flags=()
+			[ "$mode" = reconnect ] && flags=(-activate-reconnect)
+			[ "$mode" = resume ] && flags=(-activate-reconnect -activate-resume)
+			r=$("$work/bench" -mesh-addr "$mesh" -marble-type bench-shared -c "$MARBLES" -d "$DURATION" "${flags[@]}" -json 2>/dev/null | rate)
+			echo "$round $variant activate-$mode $r" | tee -a "$results"
+		done
+		stop
+		start "$bin"
+		r=$("$work/bench" -addr "$addr" -insecure -scenarios upload-concurrent -c "$USERS" -d "$DURATION" -json 2>/dev/null | rate)
+		echo "$round $variant upload-concurrent $r" | tee -a "$results"
+		stop
+	done
+done
+
+echo
+echo "medians of $ROUNDS rounds, per second ($MARBLES Marbles, $USERS users, $DURATION each; $(nproc) CPUs):"
+python3 - "$results" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+def med(v, s):
+    xs = [float(r[3]) for r in rows if r[1] == v and r[2] == s and r[3] != "failed"]
+    return statistics.median(xs) if xs else float("nan")
+print(f"{'scenario':24} {'A':>9} {'B':>9} {'A2':>9} {'A/B':>6} {'A2/A':>6}")
+for s in dict.fromkeys(r[2] for r in rows):
+    a, b, a2 = med("A", s), med("B", s), med("A2", s)
+    print(f"{s:24} {a:9.1f} {b:9.1f} {a2:9.1f} {a/b:6.2f} {a2/a:6.2f}")
+PY
