@@ -9,16 +9,16 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
-	"math/big"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 type v2Secret struct {
@@ -266,15 +266,9 @@ func newUserCertAndManifestWithLimitedReader(t *testing.T) (*coordinator, *http.
 }
 
 // leafCert makes a certificate for key (self-signed).
-func leafCert(t *testing.T, pub, priv any) []byte {
+func leafCert(t *testing.T, priv crypto.Signer) []byte {
 	t.Helper()
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upload"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der
+	return testpki.SelfSigned(t, "upload", testpki.Key(priv), testpki.Serial(1)).DER()
 }
 
 func TestUserSecretUploadRules(t *testing.T) {
@@ -282,14 +276,14 @@ func TestUserSecretUploadRules(t *testing.T) {
 	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ec384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
 	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	edPub, edPriv, _ := ed25519.GenerateKey(rand.Reader)
-	ecCert := leafCert(t, &ec.PublicKey, ec)
+	_, edPriv, _ := ed25519.GenerateKey(rand.Reader)
+	ecCert := leafCert(t, ec)
 	ecPriv, _ := x509.MarshalPKCS8PrivateKey(ec)
 	ecPub, _ := x509.MarshalPKIXPublicKey(&ec.PublicKey)
 	otherPriv, _ := x509.MarshalPKCS8PrivateKey(other)
 	otherPub, _ := x509.MarshalPKIXPublicKey(&other.PublicKey)
-	ec384Cert := leafCert(t, &ec384.PublicKey, ec384)
-	edCert := leafCert(t, edPub, edPriv)
+	ec384Cert := leafCert(t, ec384)
+	edCert := leafCert(t, edPriv)
 	for _, tc := range []struct {
 		name   string
 		secret string
