@@ -9,12 +9,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,7 +29,19 @@ import (
 // coordinatorBin is the binary built once in TestMain.
 var coordinatorBin string
 
+// defaultParallel is how many tests of this package run at once unless
+// -test.parallel is given: most of their time is spent waiting for a
+// process (a start, a timeout, etcd), so more than the cores (the
+// default) pay off; the tests that measure time or memory stay serial.
+const defaultParallel = 4
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(defaultParallel))
+	}
 	dir, err := os.MkdirTemp("", "quarry-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -760,6 +760,7 @@ func linSeed(t *testing.T) uint64 {
 // a time; the recorded history must be linearizable (porcupine) and no
 // acknowledged write may be lost.
 func TestLinearizability(t *testing.T) {
+	t.Parallel()
 	seed := linSeed(t)
 	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{Binary: os.Getenv(etcdtest.BinaryEnv)})
 	env := haEnv(procs.Endpoints(), newPrefix())
@@ -783,6 +784,7 @@ func TestLinearizability(t *testing.T) {
 // the store timeout (and a little), and each etcd member's database size
 // is reported (and bounded with -ha.assert-db-size).
 func TestHAChaos(t *testing.T) {
+	t.Parallel()
 	seed := linSeed(t)
 	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{Binary: os.Getenv(etcdtest.BinaryEnv)})
 	env := haEnv(procs.Endpoints(), newPrefix())
@@ -856,6 +858,7 @@ func TestHAChaos(t *testing.T) {
 // TestLinearizabilityFileStore: the same workload and check on one
 // coordinator with the file store, SIGKILLed and restarted.
 func TestLinearizabilityFileStore(t *testing.T) {
+	t.Parallel()
 	seed := linSeed(t)
 	nodes := []*haNode{{c: startCoordinator(t, "")}}
 	nodes[0].setUp(true)

@@ -93,6 +93,7 @@ func newSecretsSetup(t *testing.T) *secretsSetup {
 }
 
 func TestSecretTypesAndSizes(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	inter, _ := getChain(t, s.c, s.alice)
 	got := getSecrets(t, s.c, s.alice, "ecdsa224", "ecdsa256", "ecdsa384", "ecdsa521", "ed", "rsa", "cert", "sym8", "sym256", "sym4096", "symkey", "userkey")
@@ -202,6 +203,7 @@ func TestSecretTypesAndSizes(t *testing.T) {
 }
 
 func TestSecretsAuthorisation(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	stranger, _ := newUserCert(t, "stranger")
 	anon := s.c.client(nil, nil)
@@ -272,6 +274,7 @@ func leafCert(t *testing.T, priv crypto.Signer) []byte {
 }
 
 func TestUserSecretUploadRules(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ec384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
@@ -375,6 +378,7 @@ func getLog(t *testing.T, c *coordinator, hc *http.Client) []logEntry {
 }
 
 func TestUpdateLogAndRestart(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	key := bytes.Repeat([]byte{0x5a}, 32)
 	expect(t, postSecrets(t, s.c, s.alice, map[string]any{"userkey": map[string]any{"key": key}, "plain": map[string]any{"key": []byte("data")}}), http.StatusOK, "success")
@@ -405,6 +409,7 @@ func TestUpdateLogAndRestart(t *testing.T) {
 }
 
 func TestParallelUploads(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	var wg sync.WaitGroup
 	errs := make(chan string, 40)
