@@ -68,7 +68,6 @@ type storeFlags struct {
 	kind, endpoints, prefix, ca, cert, key, peerTrust string
 	peerAddr, peerAdvertise, timeout                  string
 	compaction, retention                             string
-	set                                               map[string]bool
 }
 
 // registerStore adds the store settings to fs.

@@ -54,11 +54,10 @@ func writerLoop(alice tls.Certificate, addr func() string, stop <-chan struct{})
 // many were acknowledged, the answers that were not 200, the slowest
 // acknowledged write and the longest time without an acknowledgement.
 type freezeFigures struct {
-	acked    int
-	failed   map[int]int
-	slowest  time.Duration
-	longest  time.Duration
-	lastDone time.Time
+	acked   int
+	failed  map[int]int
+	slowest time.Duration
+	longest time.Duration
 }
 
 func figuresOf(rs []writeResult, from, to time.Time) freezeFigures {
