@@ -41,7 +41,7 @@ func ask(t *testing.T, method, url string, body []byte) rawAnswer {
 			return nil
 		}}}
 	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	hc := newHTTPClient(tr, 30*time.Second)
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

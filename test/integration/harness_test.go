@@ -276,7 +276,16 @@ func (c *coordinator) client(root *x509.Certificate, cert *tls.Certificate) *htt
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
-	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	return newHTTPClient(&http.Transport{TLSClientConfig: cfg}, 60*time.Second)
+}
+
+// newHTTPClient makes the tests' HTTP clients of the Client API (the
+// harness's own and the load loops of the HA and DoS tests) in this one
+// place, so that one RoundTripper can wrap them all. The tests that send
+// malformed requests on purpose (hardening_test.go, flood_bench_test.go)
+// make their own.
+func newHTTPClient(tr *http.Transport, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: tr}
 }
 
 // response is a decoded v2 JSend answer.

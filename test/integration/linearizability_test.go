@@ -504,8 +504,8 @@ func runLinearizability(t *testing.T, name string, nodes []*haNode, seed uint64,
 	clients := make([]*linClient, *haClients)
 	for i := range clients {
 		tr := func(cert []tls.Certificate) *http.Client {
-			return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-				TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: cert, MinVersion: tls.VersionTLS12}}}
+			return newHTTPClient(&http.Transport{
+				TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: cert, MinVersion: tls.VersionTLS12}}, 5*time.Second)
 		}
 		clients[i] = &linClient{id: i, run: r, rng: rand.New(rand.NewPCG(seed, uint64(i+1))),
 			hc: tr([]tls.Certificate{alice}), anon: tr(nil)}
