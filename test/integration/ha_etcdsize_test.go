@@ -40,7 +40,7 @@ func limitsFixture(t *testing.T) (*fixture, []byte) {
 // from another instance, takes a change on top; and /metrics shows etcd's
 // database size and quota.
 func TestHAStateAtLimitsOnDefaultEtcd(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it fills etcd to its default limits, memory and time that parallel tests would compete for.
 	if testing.Short() {
 		t.Skip("builds a state of about 10 MB")
 	}

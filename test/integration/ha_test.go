@@ -160,9 +160,7 @@ func TestHAEtcdLostWhileRunning(t *testing.T) {
 	t.Parallel()
 	cluster := etcdtest.Start(t, 1)
 	prefix := newPrefix()
-	// A short store timeout: the 503s come after it, not after the
-	// default's wait.
-	c := startCoordinator(t, "", append(haEnv(cluster.Endpoints(), prefix), "QUARRY_STORE_TIMEOUT=300ms")...)
+	c := startCoordinator(t, "", haEnv(cluster.Endpoints(), prefix)...)
 	f := newFixture(t)
 	expect(t, setManifest(t, c, c.client(nil, nil), f.bytes(t)), http.StatusOK, "success")
 	alice := f.users["alice"].cert
