@@ -9,10 +9,8 @@ import (
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
-	"math/big"
 	"net/http"
 	"reflect"
 	"strings"
@@ -21,6 +19,7 @@ import (
 
 	v2 "github.com/quarry-cc/quarry/api/v2"
 	"github.com/quarry-cc/quarry/client"
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 func pinned(t *testing.T, f *fake, opts ...client.Option) *client.Client {
@@ -126,7 +125,7 @@ func TestPinning(t *testing.T) {
 	// A certificate issued under the right intermediate (as a Marble's
 	// would be) is not the root: refused.
 	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leaf := createCert(t, "marble", f.inter, f.interKey, &leafKey.PublicKey, nil)
+	leaf := createCert(t, "marble", f.inter, f.interKey, leafKey)
 	impostor := newFakeWithTLSCert(t, f.pki, &tls.Certificate{Certificate: [][]byte{leaf.Raw, f.inter.Raw}, PrivateKey: leafKey})
 	impostor.handle("GET "+v2.PathStatus, success(v2.StatusResponse{Code: 3}))
 	if _, err := pinned(t, impostor).Status(ctx); !errors.Is(err, client.ErrRootMismatch) {
@@ -508,19 +507,7 @@ func TestRecoveryPublicKeyRejectsOtherAlgorithms(t *testing.T) {
 // userCert returns a self-signed client certificate.
 func userCert(t *testing.T, cn string) tls.Certificate {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return testpki.SelfSigned(t, cn, testpki.ClientAuth()).TLS()
 }
 
 var testRSA *rsa.PrivateKey

@@ -6,21 +6,18 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"io"
 	"log"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/quarry-cc/quarry/api/jsend"
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 // pki is a Coordinator-like root and intermediate CA.
@@ -39,43 +36,21 @@ func newPKI(t testing.TB) *pki {
 	if p.interKey, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader); err != nil {
 		t.Fatal(err)
 	}
-	p.root = createCert(t, "Test Coordinator", nil, nil, &p.rootKey.PublicKey, p.rootKey)
-	p.inter = createCert(t, "Test Coordinator - Intermediate CA", p.root, p.rootKey, &p.interKey.PublicKey, p.interKey)
+	p.root = createCert(t, "Test Coordinator", nil, nil, p.rootKey)
+	p.inter = createCert(t, "Test Coordinator - Intermediate CA", p.root, p.rootKey, p.interKey)
 	return p
 }
 
-// createCert creates a CA certificate valid for loopback; self-signed if
-// parent is nil.
-func createCert(t testing.TB, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, pub *ecdsa.PublicKey, self *ecdsa.PrivateKey) *x509.Certificate {
+// createCert creates a CA certificate valid for loopback for self's key;
+// self-signed if parent is nil.
+func createCert(t testing.TB, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, self *ecdsa.PrivateKey) *x509.Certificate {
 	t.Helper()
-	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:              []string{"localhost"},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	signer := self
+	opts := []testpki.Option{testpki.Key(self), testpki.Loopback(), testpki.ServerAuth(), testpki.ClientAuth()}
 	if parent == nil {
-		parent = tmpl
-	} else {
-		signer = parentKey
+		return testpki.NewCA(t, cn, opts...).Cert
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	issuer := &testpki.Cert{Cert: parent, Key: parentKey}
+	return issuer.Issue(t, cn, append(opts, testpki.CA())...).Cert
 }
 
 func certPEM(certs ...*x509.Certificate) string {

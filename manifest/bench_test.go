@@ -1,16 +1,11 @@
 package manifest
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"testing"
-	"time"
+
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 // benchManifest builds a valid manifest with n marbles, n secrets and n users
@@ -58,21 +53,8 @@ func benchManifest(b *testing.B, n int) []byte {
 }
 
 func benchCertificate(b *testing.B, i int) string {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(int64(i + 1)),
-		Subject:      pkix.Name{CommonName: fmt.Sprintf("user%d", i)},
-		NotBefore:    time.Now(),
-		NotAfter:     time.Now().Add(time.Hour),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	b.Helper()
+	return string(testpki.SelfSigned(b, fmt.Sprintf("user%d", i), testpki.Ed25519(), testpki.Serial(int64(i+1))).CertPEM())
 }
 
 func BenchmarkParseValidate(b *testing.B) {

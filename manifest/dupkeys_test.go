@@ -132,16 +132,19 @@ type (
 		Tagged string `json:"Both"`
 	}
 	resolveTarget struct {
-		Plain      string
-		Renamed    string `json:"alias"`
-		Dashed     string `json:"x-y"`
-		Skipped    string `json:"-"`
-		Dash       string `json:"-,"`
-		BadTag     string `json:"a\"b"`
-		OmitOnly   string `json:",omitempty"`
-		Kelvin     string
-		Ident      string
-		IDENT      string
+		Plain   string
+		Renamed string `json:"alias"`
+		Dashed  string `json:"x-y"`
+		Skipped string `json:"-"`
+		//lint:ignore SA5008 the tags the decoder must read as encoding/json does, odd ones included
+		Dash string `json:"-,"`
+		//lint:ignore SA5008 as above: a tag encoding/json ignores as invalid
+		BadTag   string `json:"a\"b"`
+		OmitOnly string `json:",omitempty"`
+		Kelvin   string
+		Ident    string
+		IDENT    string
+		//lint:ignore U1000 an unexported field, which the decoder must skip
 		unexported string
 		Ptr        *string
 		resolveInner

@@ -2,38 +2,24 @@ package logchain_test
 
 import (
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"math/big"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quarry-cc/quarry/api/logchain"
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 // root returns a self-signed ECDSA root and its key.
 func root(t testing.TB) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "root"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, k
+	c := testpki.NewCA(t, "root")
+	return c.Cert, c.ECDSA(t)
 }
 
 func entries(n int) []string {
@@ -163,13 +149,8 @@ func TestCheckpointByAnotherRoot(t *testing.T) {
 }
 
 func mustRoot(t *testing.T, k *ecdsa.PrivateKey) *x509.Certificate {
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return c
+	t.Helper()
+	return testpki.SelfSigned(t, "", testpki.Key(k)).Cert
 }
 
 func TestExtension(t *testing.T) {

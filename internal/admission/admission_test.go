@@ -240,7 +240,7 @@ func TestNoFilesPausesAndEvicts(t *testing.T) {
 
 func TestGate(t *testing.T) {
 	g := NewGate(2)
-	if !g.Enter("a") || !g.Enter("a") || g.Enter("a") {
+	if first, second, third := g.Enter("a"), g.Enter("a"), g.Enter("a"); !first || !second || third {
 		t.Fatal("per-source bound not kept")
 	}
 	if !g.Enter("b") {
@@ -256,7 +256,10 @@ func TestGate(t *testing.T) {
 	if len(g.n) != 0 {
 		t.Fatalf("sources kept after their last request: %v", g.n)
 	}
-	if u := NewGate(0); !u.Enter("x") || !u.Enter("x") || !u.Enter("x") {
-		t.Fatal("no bound refused")
+	u := NewGate(0)
+	for range 3 {
+		if !u.Enter("x") {
+			t.Fatal("no bound refused")
+		}
 	}
 }

@@ -3,16 +3,10 @@ package app
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"strings"
 	"sync"
@@ -20,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/config"
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 // logBuffer collects log lines for a test (written from the app's
@@ -72,17 +67,7 @@ func testConfig(t *testing.T, env map[string]string) config.Config {
 
 func clientCert(t *testing.T) tls.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "marble"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return testpki.SelfSigned(t, "marble", testpki.Serial(1)).TLS()
 }
 
 // TestRunServesBothAPIs checks that Run serves the Client API and the

@@ -196,3 +196,31 @@ func TestConsoleReadsOnlyTheUseCases(t *testing.T) {
 	forbid(t, pkg, module+"/internal/app", module+"/internal/server", module+"/internal/store/filestore",
 		module+"/internal/store/memstore", module+"/internal/store/etcdstore", module+"/internal/config", "net/http/pprof")
 }
+
+// TestTestPKIOnlyInTests checks that internal/testpki, which makes
+// certificates for tests, is compiled into no program: only test files and
+// test-support packages (named …test) import it.
+func TestTestPKIOnlyInTests(t *testing.T) {
+	const testpki = module + "/internal/testpki"
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := fields[0]
+		if pkg == testpki || strings.HasSuffix(pkg, "test") {
+			continue
+		}
+		checked++
+		for _, d := range fields[1:] {
+			if d == testpki {
+				t.Errorf("%s depends on %s, which is for tests only", pkg, testpki)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("go list named no package")
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
@@ -18,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,11 +25,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/quarry-cc/quarry/api/jsend"
 	v2 "github.com/quarry-cc/quarry/api/v2"
 	"github.com/quarry-cc/quarry/client"
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -287,41 +285,17 @@ func reply(w http.ResponseWriter, status int, js string, data any, msg string) {
 
 func caCert(t *testing.T, cn string, parent *x509.Certificate, parentKey, key *ecdsa.PrivateKey) *x509.Certificate {
 	t.Helper()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	signer := key
 	if parent == nil {
-		parent = tmpl
-	} else {
-		signer = parentKey
+		return testpki.NewCA(t, cn, testpki.Key(key)).Cert
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return c
+	return (&testpki.Cert{Cert: parent, Key: parentKey}).Issue(t, cn, testpki.CA(), testpki.Key(key)).Cert
 }
 
 // selfSigned returns a client certificate and key as PEM.
 func selfSigned(t *testing.T, cn string) (certPEM, keyPEM []byte, key *ecdsa.PrivateKey) {
 	t.Helper()
-	key, _ = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkcs8, _ := x509.MarshalPKCS8PrivateKey(key)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), key
+	c := testpki.SelfSigned(t, cn, testpki.ClientAuth())
+	return c.CertPEM(), c.KeyPEM(t), c.ECDSA(t)
 }
 
 // run runs quarry in-process and returns the exit code and output. Tests

@@ -9,14 +9,13 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/quarry-cc/quarry/internal/testpki"
 	"github.com/quarry-cc/quarry/manifest"
 )
 
@@ -29,17 +28,11 @@ type keyPair struct {
 }
 
 func newKeyPair(key crypto.Signer) (keyPair, error) {
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "uploaded"},
-		NotBefore:    testNow,
-		NotAfter:     testNow.Add(24 * time.Hour),
-	}
 	var kp keyPair
 	var err error
-	if kp.cert, err = x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key); err != nil {
-		return kp, err
-	}
+	// A nil TB: a failure panics, which fails the test that asked.
+	kp.cert = testpki.SelfSigned(nil, "uploaded", testpki.Key(key), testpki.Serial(1),
+		testpki.Valid(testNow, testNow.Add(24*time.Hour))).DER()
 	if kp.pkcs8, err = x509.MarshalPKCS8PrivateKey(key); err != nil {
 		return kp, err
 	}

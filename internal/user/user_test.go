@@ -1,45 +1,25 @@
 package user
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/quarry-cc/quarry/internal/testpki"
 	"github.com/quarry-cc/quarry/manifest"
 )
 
 // newCert returns a fresh self-signed certificate and its PEM text.
 func newCert(t *testing.T, cn string) (*x509.Certificate, string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC),
-		// Expired: identity does not look at validity.
-		NotAfter: time.Date(2021, 1, 1, 0, 0, 0, 0, time.UTC),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	// Expired: identity does not look at validity.
+	c := testpki.SelfSigned(t, cn, testpki.Serial(1),
+		testpki.Valid(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2021, 1, 1, 0, 0, 0, 0, time.UTC)))
+	return c.Cert, string(c.CertPEM())
 }
 
 type fixture struct {

@@ -21,18 +21,14 @@ package cli
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +39,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quarry-cc/quarry/internal/testpki"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -294,25 +291,9 @@ func cmdUserCert(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: usercert NAME")
 	}
 	name := args[0]
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ts.Check(err)
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 100))
-	ts.Check(err)
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	ts.Check(err)
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	ts.Check(err)
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	c := testpki.SelfSigned(ts, name, testpki.Usage(x509.KeyUsageDigitalSignature), testpki.ClientAuth())
+	certPEM, keyPEM := c.CertPEM(), c.KeyPEM(ts)
 	ts.Check(os.WriteFile(ts.MkAbs(name+".crt"), certPEM, 0o644))
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 	ts.Check(os.WriteFile(ts.MkAbs(name+".key"), keyPEM, 0o600))
 	ts.Check(os.WriteFile(ts.MkAbs(name+".pem"), append(certPEM, keyPEM...), 0o600))
 	ts.Setenv(name+"_CERT", jsonString(string(certPEM)))

@@ -142,6 +142,7 @@ func fetchRoot(t *testing.T, c *coordinator, hc *http.Client) *x509.Certificate 
 }
 
 func TestSignQuoteDisabled(t *testing.T) {
+	t.Parallel()
 	s := newSGXPlatform(t, "UpToDate", nil)
 	c := startCoordinator(t, "", s.env()...)
 	hc := c.client(nil, nil)
@@ -168,6 +169,7 @@ func TestSignQuoteDisabled(t *testing.T) {
 }
 
 func TestSignQuoteNoCollateralSource(t *testing.T) {
+	t.Parallel()
 	s := newSGXPlatform(t, "UpToDate", nil)
 	c := startCoordinator(t, "") // no collateral configured
 	hc := c.client(nil, nil)
@@ -182,6 +184,7 @@ func TestSignQuoteNoCollateralSource(t *testing.T) {
 }
 
 func TestSignQuote(t *testing.T) {
+	t.Parallel()
 	s := newSGXPlatform(t, "UpToDate", nil)
 	c := startCoordinator(t, "", s.env()...)
 	hc := c.client(nil, nil)
@@ -281,6 +284,7 @@ func TestSignQuote(t *testing.T) {
 // TestSignQuoteStatuses: a TCB status other than UpToDate is signed with that
 // status; expired collateral is a verification failure, never signed.
 func TestSignQuoteStatuses(t *testing.T) {
+	t.Parallel()
 	from, until := collateralWindow()
 	for _, tc := range []struct {
 		name       string
@@ -325,6 +329,7 @@ func TestSignQuoteStatuses(t *testing.T) {
 // the genuine answer and refuses the splice. Submitted itself, the spliced
 // quote gets the answer for its declared part.
 func TestSignQuoteSplice(t *testing.T) {
+	t.Parallel()
 	s := newSGXPlatform(t, "ConfigurationAndSWHardeningNeeded", []string{"INTEL-SA-00615"})
 	c := startCoordinator(t, "", s.env()...)
 	hc := c.client(nil, nil)
@@ -382,6 +387,7 @@ func TestSignQuoteSplice(t *testing.T) {
 // acting as the quoting enclave: it reads the report data the coordinator
 // writes and answers with a synthetic quote over exactly those bytes.
 func TestGramineAttestation(t *testing.T) {
+	t.Parallel()
 	s := newSGXPlatform(t, "UpToDate", nil)
 	dev := graminetest.NewDevice(t, func(rd [64]byte) []byte { return s.quote(t, rd) })
 	c := startCoordinator(t, "", append(s.env(),
@@ -510,6 +516,7 @@ func TestGramineAttestation(t *testing.T) {
 // (gramine_sealing_test.go), unless the insecure override is set: then
 // it runs in simulation.
 func TestGramineAttestationRequiresDCAP(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "attestation_type"), []byte("epid\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -79,6 +79,7 @@ func sparseBackupFile(realSize int) []byte {
 // stays far below the size the file claims, and the seal directory is
 // untouched.
 func TestRestoreRefusesSparseBackup(t *testing.T) {
+	// Not parallel: the child's peak RSS from wait4 starts at the test process's own, which parallel tests raise.
 	const claimed = 512 << 20
 	raw := sparseBackupFile(claimed)
 	work := t.TempDir()

@@ -62,6 +62,7 @@ func plainValue(t *testing.T, c *coordinator, hc *http.Client) string {
 // restore and open: state 3, the same manifest and root, and the last
 // upload acknowledged before the backup started, or a later one.
 func TestBackupDuringWriteLoop(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	hc := s.c.client(nil, nil)
 	root := fetchRoot(t, s.c, hc)
@@ -150,6 +151,7 @@ func TestBackupDuringWriteLoop(t *testing.T) {
 // and brings back the backup's state; restore refuses a running
 // Coordinator, and truncated or corrupt files, with their exit codes.
 func TestRestoreRules(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	alice := s.f.users["alice"].cert
 	expect(t, postSecrets(t, s.c, s.alice, map[string]any{"plain": map[string]any{"key": []byte("old")}}), http.StatusOK, "success")
@@ -272,6 +274,7 @@ func readSealed(t *testing.T, dir string) string {
 // records the restore (into an empty directory: what it replaced is not
 // known), the recovery after it.
 func TestRestoreOtherSealingKey(t *testing.T) {
+	t.Parallel()
 	g := newGramineSealing(t, "ProductKey")
 	work := t.TempDir()
 	file := filepath.Join(work, "b.qbk")
@@ -358,6 +361,7 @@ func segmentFiles(t *testing.T, dir string) []string {
 // `quarry manifest log --verify` passes. So does a backup taken while
 // uploads run.
 func TestBackupKeepsUpdateLog(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	root := fetchRoot(t, s.c, s.c.client(nil, nil))
 	const uploads = 140 // with the manifest set: 141 entries, 2 full segments

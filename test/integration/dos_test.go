@@ -272,9 +272,9 @@ func clientFrom(src string, cert *tls.Certificate) *http.Client {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+	return newHTTPClient(&http.Transport{
 		TLSClientConfig: cfg, DialContext: d.DialContext, DisableKeepAlives: true, ForceAttemptHTTP2: true,
-	}}
+	}, 30*time.Second)
 }
 
 // timedRequest sends one request on a new connection (TCP and TLS

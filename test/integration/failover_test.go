@@ -24,6 +24,7 @@ import (
 // reads and writes through the new one; the Coordinator's refusals are not
 // failed over; an instance of another deployment in the list is refused.
 func TestClientFailsOverAcrossInstances(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := startCoordinator(t, "")
 	closed := closedLoopbackAddr(t)

@@ -108,6 +108,7 @@ func setManifest(t *testing.T, c *coordinator, hc *http.Client, raw []byte) resp
 }
 
 func TestStatusAndManifestLifecycle(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	hc := c.client(nil, nil)
 	expectState(t, c, hc, 2, msgReady)
@@ -169,6 +170,7 @@ func checkManifest(t *testing.T, c *coordinator, hc *http.Client, root *x509.Cer
 }
 
 func TestQuoteAndNonce(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	hc := c.client(nil, nil)
 	inter, root := getChain(t, c, hc)
@@ -214,6 +216,7 @@ func TestQuoteAndNonce(t *testing.T) {
 }
 
 func TestRoutingAndLimits(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "", "QUARRY_MAX_MANIFEST_SIZE=4096")
 	hc := c.client(nil, nil)
 	for _, tc := range []struct {
@@ -253,6 +256,7 @@ func TestRoutingAndLimits(t *testing.T) {
 }
 
 func TestValidationRulesRejected(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	hc := c.client(nil, nil)
 	keys := recoveryKeys(t, 2)
@@ -358,6 +362,7 @@ func TestValidationRulesRejected(t *testing.T) {
 }
 
 func TestSurvivesSIGKILLAfterSet(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	hc := c.client(nil, nil)
 	_, root := getChain(t, c, hc)
@@ -389,6 +394,7 @@ func TestSurvivesSIGKILLAfterSet(t *testing.T) {
 }
 
 func TestUnreadableStateEntersRecovery(t *testing.T) {
+	t.Parallel()
 	setUp := func(t *testing.T) (*coordinator, []byte) {
 		c := startCoordinator(t, "")
 		hc := c.client(nil, nil)
@@ -469,6 +475,7 @@ func TestUnreadableStateEntersRecovery(t *testing.T) {
 }
 
 func TestSecondCoordinatorOnSameSealDirRefused(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	cmd := exec.Command(coordinatorBin)
 	cmd.Env = []string{"EDG_COORDINATOR_CLIENT_ADDR=127.0.0.1:0", "EDG_COORDINATOR_MESH_ADDR=127.0.0.1:0", "EDG_COORDINATOR_SEAL_DIR=" + c.sealDir}
@@ -482,6 +489,7 @@ func TestSecondCoordinatorOnSameSealDirRefused(t *testing.T) {
 }
 
 func TestCommandLine(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(coordinatorBin, "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("--help: %v", err)
@@ -505,6 +513,7 @@ func TestCommandLine(t *testing.T) {
 }
 
 func TestStartupManifest(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	raw := newFixture(t).bytes(t)
 	path := filepath.Join(dir, "manifest.json")
@@ -547,6 +556,7 @@ func TestStartupManifest(t *testing.T) {
 // TestManifestSizeLimit: the limit is on the manifest, not on its base64
 // form in the request.
 func TestManifestSizeLimit(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "", "QUARRY_MAX_MANIFEST_SIZE=20000")
 	hc := c.client(nil, nil)
 	f := newFixture(t)

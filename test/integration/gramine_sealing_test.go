@@ -48,6 +48,7 @@ func (g *gramineSealing) keyFile(t *testing.T) []byte {
 // secret restores and re-seals it with the current key; an older
 // sealed_key leads to recovery mode; the data key is never in clear.
 func TestGramineSealing(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"", "ProductKey", "UniqueKey"} {
 		t.Run("mode="+mode, func(t *testing.T) {
 			g := newGramineSealing(t, mode)
@@ -115,6 +116,7 @@ func TestGramineSealing(t *testing.T) {
 // Disabled ↔ ProductKey through updates under Gramine: nothing lost across
 // restarts; turning sealing off is refused.
 func TestGramineSealingDisabledRoundTrip(t *testing.T) {
+	t.Parallel()
 	g := newGramineSealing(t, "Disabled")
 	hc := g.c.client(nil, nil)
 	alice := g.f.users["alice"].cert
@@ -135,6 +137,7 @@ func TestGramineSealingDisabledRoundTrip(t *testing.T) {
 // Under Gramine without sealing keys the Coordinator refuses to start,
 // naming the override; with the override it starts and warns.
 func TestGramineSealingRefusedWithoutKeys(t *testing.T) {
+	t.Parallel()
 	s := newSGXPlatform(t, "UpToDate", nil)
 	dev := graminetest.NewDevice(t, func(rd [64]byte) []byte { return s.quote(t, rd) })
 	if err := os.RemoveAll(filepath.Join(dev.Dir, "keys")); err != nil {
@@ -207,6 +210,7 @@ func (g *gramineSealing) opensWith(t *testing.T, sealer seal.KeySealer) int {
 // is what recovers the state on a new enclave build, the old one is
 // refused (docs/sealing.md "SealMode changes").
 func TestGramineSealModeTightened(t *testing.T) {
+	t.Parallel()
 	g := newGramineSealing(t, "ProductKey")
 	hc := g.c.client(nil, nil)
 	other := g.sameSignerSealer(t)
@@ -267,6 +271,7 @@ func fakeGramineDir(t *testing.T, typ string) string {
 // warning and the data key in clear; without the directory simulation runs
 // as before.
 func TestGramineSealingFailsClosed(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, typ string
 		env       []string

@@ -40,6 +40,7 @@ func limitsFixture(t *testing.T) (*fixture, []byte) {
 // from another instance, takes a change on top; and /metrics shows etcd's
 // database size and quota.
 func TestHAStateAtLimitsOnDefaultEtcd(t *testing.T) {
+	// Not parallel: it fills etcd to its default limits, memory and time that parallel tests would compete for.
 	if testing.Short() {
 		t.Skip("builds a state of about 10 MB")
 	}
@@ -81,6 +82,7 @@ func TestHAStateAtLimitsOnDefaultEtcd(t *testing.T) {
 // --max-state-size is refused with 413 naming the limit, and nothing is
 // stored; the file store refuses it the same way.
 func TestHAStateLimitRefused(t *testing.T) {
+	t.Parallel()
 	cluster := etcdtest.StartDefaults(t, 1)
 	for _, tc := range []struct {
 		name string

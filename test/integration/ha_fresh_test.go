@@ -26,6 +26,7 @@ func presented(t *testing.T, addr string) []byte {
 // API and Marble API) presents the certificates of that state, not the
 // ones it had before its background watch caught up (docs/ha.md).
 func TestHAHandshakePresentsTheNewestState(t *testing.T) {
+	t.Parallel()
 	cluster := etcdtest.Start(t, 1)
 	env := haEnv(cluster.Endpoints(), newPrefix())
 	a, b := startCoordinator(t, "", env...), startCoordinator(t, "", env...)

@@ -25,8 +25,8 @@ type writeResult struct {
 // writerLoop uploads unique secret values through addr one after the other
 // until stop is closed, and returns every result.
 func writerLoop(alice tls.Certificate, addr func() string, stop <-chan struct{}) []writeResult {
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{alice}, MinVersion: tls.VersionTLS12}}}
+	hc := newHTTPClient(&http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{alice}, MinVersion: tls.VersionTLS12}}, 10*time.Second)
 	var out []writeResult
 	for i := 0; ; i++ {
 		select {
@@ -54,11 +54,10 @@ func writerLoop(alice tls.Certificate, addr func() string, stop <-chan struct{})
 // many were acknowledged, the answers that were not 200, the slowest
 // acknowledged write and the longest time without an acknowledgement.
 type freezeFigures struct {
-	acked    int
-	failed   map[int]int
-	slowest  time.Duration
-	longest  time.Duration
-	lastDone time.Time
+	acked   int
+	failed  map[int]int
+	slowest time.Duration
+	longest time.Duration
 }
 
 func figuresOf(rs []writeResult, from, to time.Time) freezeFigures {

@@ -41,7 +41,7 @@ func ask(t *testing.T, method, url string, body []byte) rawAnswer {
 			return nil
 		}}}
 	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	hc := newHTTPClient(tr, 30*time.Second)
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -244,6 +244,7 @@ func hasValue(f families, name string, want float64) bool {
 // TestHAEtcdUnreachableSIGTERM: SIGTERM while an instance waits for etcd
 // stops it at once, cleanly (exit 0).
 func TestHAEtcdUnreachableSIGTERM(t *testing.T) {
+	t.Parallel()
 	cluster := etcdtest.Start(t, 1)
 	proxy := etcdtest.NewProxy(t, strings.TrimPrefix(cluster.Endpoints()[0], "http://"))
 	proxy.DropRequests(true)

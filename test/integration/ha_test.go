@@ -50,6 +50,7 @@ func etcdStores(t *testing.T, endpoints []string, prefix string) (*etcdstore.Sto
 // SIGKILL, restart: the state is there, and nothing was written to the
 // seal directory.
 func TestHAStateSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	cluster := etcdtest.Start(t, 1)
 	prefix := newPrefix()
 	c := startCoordinator(t, "", haEnv(cluster.Endpoints(), prefix)...)
@@ -83,6 +84,7 @@ func TestHAStateSurvivesRestart(t *testing.T) {
 // acknowledged write, whichever instance took it; a killed instance comes
 // back with the writes made meanwhile.
 func TestHAThreeInstances(t *testing.T) {
+	t.Parallel()
 	cluster := etcdtest.Start(t, 1)
 	env := haEnv(cluster.Endpoints(), newPrefix())
 	inst := []*coordinator{startCoordinator(t, "", env...), startCoordinator(t, "", env...), startCoordinator(t, "", env...)}
@@ -132,6 +134,7 @@ func TestHAThreeInstances(t *testing.T) {
 // TestHAForeignBlobEntersRecovery: a blob under the prefix that no key
 // opens: recovery mode, nothing overwritten.
 func TestHAForeignBlobEntersRecovery(t *testing.T) {
+	t.Parallel()
 	cluster := etcdtest.Start(t, 1)
 	prefix := newPrefix()
 	d, k := etcdStores(t, cluster.Endpoints(), prefix)
@@ -154,6 +157,7 @@ func TestHAForeignBlobEntersRecovery(t *testing.T) {
 // TestHAEtcdLostWhileRunning: with etcd gone, requests get 503 (never a
 // stale answer or a half-applied write); after it returns, they work.
 func TestHAEtcdLostWhileRunning(t *testing.T) {
+	t.Parallel()
 	cluster := etcdtest.Start(t, 1)
 	prefix := newPrefix()
 	c := startCoordinator(t, "", haEnv(cluster.Endpoints(), prefix)...)
@@ -189,6 +193,7 @@ func TestHAEtcdLostWhileRunning(t *testing.T) {
 // --insecure-peer-trust, and a different binary beside a running one;
 // bad store settings exit 2 naming the setting.
 func TestHARefusals(t *testing.T) {
+	t.Parallel()
 	cluster := etcdtest.Start(t, 1)
 	prefix := newPrefix()
 	env := haEnv(cluster.Endpoints(), prefix)

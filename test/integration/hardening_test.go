@@ -61,6 +61,7 @@ func userEndpoints() []userEndpoint {
 // with 401 on every endpoint that needs a user, even when a user's public
 // certificate follows it (docs/design/decisions.md#d14); the state does not change.
 func TestLeafOnlyIdentifiesUser(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	f := newFixture(t)
 	expect(t, setManifest(t, c, c.client(nil, nil), f.bytes(t)), http.StatusOK, "success")
@@ -101,6 +102,7 @@ func TestLeafOnlyIdentifiesUser(t *testing.T) {
 // refused with 403 naming the setting (docs/design/decisions.md#d11); the state stays in recovery,
 // and the signed v2 recover still works.
 func TestV1RecoverOffByDefault(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetup(t, 1, 0)
 	s.breakKey(t)
 	anon := s.c.client(nil, nil)
@@ -120,6 +122,7 @@ func TestV1RecoverOffByDefault(t *testing.T) {
 // v1 recover switch with its reason), bad values stop the Coordinator with
 // exit code 2 naming the setting, and the secret limits reach the core.
 func TestNewSettingsOnTheCommandLine(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(coordinatorBin, "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("--help: %v", err)
@@ -242,6 +245,7 @@ func (rc *rawConn) readAnswerErr(method string) (*http.Response, response, error
 // "100 Continue" gets the final answer instead and never has to send the
 // body.
 func TestCheapChecksBeforeTheBody(t *testing.T) {
+	t.Parallel()
 	running := startCoordinator(t, "")
 	f := newFixture(t)
 	expect(t, setManifest(t, running, running.client(nil, nil), f.bytes(t)), http.StatusOK, "success")
@@ -321,6 +325,7 @@ func bigBody(t *testing.T, size int) (string, []byte) {
 // the client sends with a length or chunked, over HTTP/1.1 or HTTP/2, and
 // also when curl sends it (docs/design/decisions.md#d13, #d16).
 func TestTooLargeAnswerArrives(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "", "QUARRY_MAX_MANIFEST_SIZE=4096")
 	file, body := bigBody(t, 20<<20)
 	for _, path := range []string{"/api/v2/manifest", "/manifest"} {
@@ -473,6 +478,7 @@ func TestBusyBodiesGet503(t *testing.T) {
 // TestSealDirPermissionsTightened: an existing seal directory open to group
 // and others is set to 0700 at start, with a warning naming the old mode.
 func TestSealDirPermissionsTightened(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "seal")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -512,6 +518,7 @@ func TestSealDirPermissionsTightened(t *testing.T) {
 // TestNetHTTPEdgesAreJSend: answers that net/http would write itself (in
 // plain text or HTML) or get wrong are JSend with the right status.
 func TestNetHTTPEdgesAreJSend(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	hc := c.client(nil, nil)
 	// An escaped slash is not a path separator: no such path (not 405).
@@ -595,6 +602,7 @@ func TestNetHTTPEdgesAreJSend(t *testing.T) {
 // handshake and is served HTTP/1.x, instead of failing with an error line
 // in the log for every connection.
 func TestALPNHTTP10(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	conn, err := tls.Dial("tcp", c.addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.0"}})
 	if err != nil {
@@ -626,6 +634,7 @@ func TestALPNHTTP10(t *testing.T) {
 // manifest without recovery keys 404, other states 409; after an update
 // that changes the keys, the new secrets are served.
 func TestRecoverySecretsFetchedAgain(t *testing.T) {
+	t.Parallel()
 	s := newUpdateSetup(t, 0, "reader:carol")
 	_, root := getChain(t, s.c, s.c.client(nil, nil))
 	const path = "/api/v2/recover/secrets"

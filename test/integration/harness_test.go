@@ -4,35 +4,44 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
+	"flag"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 // coordinatorBin is the binary built once in TestMain.
 var coordinatorBin string
 
+// defaultParallel is how many tests of this package run at once unless
+// -test.parallel is given: most of their time is spent waiting for a
+// process (a start, a timeout, etcd), so more than the cores (the
+// default) pay off; the tests that measure time or memory stay serial.
+const defaultParallel = 4
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(defaultParallel))
+	}
 	dir, err := os.MkdirTemp("", "quarry-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -121,41 +130,48 @@ func (c *coordinator) start() {
 		"EDG_COORDINATOR_SEAL_DIR=" + c.sealDir,
 		"EDG_DEBUG_LOGGING=1",
 	}, c.env...)
-	stderr, err := c.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	addrc, meshc := make(chan string, 1), make(chan string, 1)
+	served := make(chan struct{})
+	var servedOnce sync.Once
+	c.served = served
+	// stderr goes to a writer, not a pipe read here: os/exec copies it
+	// and Wait returns only once the copy is done, so no read races the
+	// end of the process (a pipe must be read to EOF before Wait).
+	c.cmd.Stderr = &lineWriter{line: func(line []byte) {
+		c.mu.Lock()
+		c.logs.Write(line)
+		c.logs.WriteByte('\n')
+		c.mu.Unlock()
+		var entry struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal(line, &entry) != nil {
+			return
+		}
+		// Sends never block: a blocked writer would hold up Wait.
+		switch entry.Msg {
+		case "client API listening":
+			select {
+			case addrc <- entry.Addr:
+			default:
+			}
+		case "marble API listening":
+			select {
+			case meshc <- entry.Addr:
+			default:
+			}
+		case "state loaded; serving":
+			servedOnce.Do(func() { close(served) })
+		}
+	}}
+	// A bound on the copy after the process ended (a child that kept
+	// stderr open), not expected to be reached.
+	c.cmd.WaitDelay = 10 * time.Second
 	c.exited = make(chan struct{})
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addrc, meshc := make(chan string, 1), make(chan string, 1)
-	served := make(chan struct{})
-	c.served = served
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Bytes()
-			c.mu.Lock()
-			c.logs.Write(line)
-			c.logs.WriteByte('\n')
-			c.mu.Unlock()
-			var entry struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if json.Unmarshal(line, &entry) == nil && entry.Msg == "client API listening" {
-				addrc <- entry.Addr
-			}
-			if json.Unmarshal(line, &entry) == nil && entry.Msg == "marble API listening" {
-				meshc <- entry.Addr
-			}
-			if json.Unmarshal(line, &entry) == nil && entry.Msg == "state loaded; serving" {
-				close(served)
-			}
-		}
-	}()
 	go func() {
 		c.err = c.cmd.Wait()
 		close(c.exited)
@@ -183,6 +199,27 @@ func (c *coordinator) start() {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("coordinator did not load its state\n%s", c.Logs())
 	}
+}
+
+// lineWriter calls line for each complete line written to it, without
+// the newline (the process's log lines all end in one). Writes come from
+// os/exec's one copying goroutine.
+type lineWriter struct {
+	line func([]byte)
+	buf  []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		w.line(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+	return len(p), nil
 }
 
 // Logs returns everything the process has logged.
@@ -239,7 +276,16 @@ func (c *coordinator) client(root *x509.Certificate, cert *tls.Certificate) *htt
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
-	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	return newHTTPClient(&http.Transport{TLSClientConfig: cfg}, 60*time.Second)
+}
+
+// newHTTPClient makes the tests' HTTP clients of the Client API (the
+// harness's own and the load loops of the HA and DoS tests) in this one
+// place, so that one RoundTripper can wrap them all. The tests that send
+// malformed requests on purpose (hardening_test.go, flood_bench_test.go)
+// make their own.
+func newHTTPClient(tr *http.Transport, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: tr}
 }
 
 // response is a decoded v2 JSend answer.
@@ -317,22 +363,6 @@ func decode(t *testing.T, r response, v any) {
 // newUserCert creates a self-signed client certificate for a manifest user.
 func newUserCert(t testing.TB, cn string) (tls.Certificate, string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
-	pemText := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pemText
+	c := testpki.SelfSigned(t, cn, testpki.ClientAuth())
+	return c.TLS(), string(c.CertPEM())
 }

@@ -60,6 +60,7 @@ func tEntries(spec ...string) []linLogEntry {
 // TestLinearizabilityLog: checkLog finds lost, doubled and refused-but-
 // applied changes in the update log, and log reads that cannot be right.
 func TestLinearizabilityLog(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		ops   []porcupine.Operation
@@ -105,6 +106,7 @@ func TestLinearizabilityLog(t *testing.T) {
 // TestLinearizabilityNarrow: narrow decides each unknown write on its own,
 // and what it keeps still fails porcupine where the history is wrong.
 func TestLinearizabilityNarrow(t *testing.T) {
+	t.Parallel()
 	// Unknown secret writes: one seen (bounded by the read), one never
 	// seen (dropped); unknown updates: one in the log (bounded by the next
 	// logged change), one not (dropped).

@@ -514,8 +514,8 @@ func runLinearizability(t *testing.T, name string, nodes []*haNode, seed uint64,
 	clients := make([]*linClient, *haClients)
 	for i := range clients {
 		tr := func(cert []tls.Certificate) *http.Client {
-			return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-				TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: cert, MinVersion: tls.VersionTLS12}}}
+			return newHTTPClient(&http.Transport{
+				TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: cert, MinVersion: tls.VersionTLS12}}, 5*time.Second)
 		}
 		clients[i] = &linClient{id: i, run: r, rng: rand.New(rand.NewPCG(seed, uint64(i+1))),
 			hc: tr([]tls.Certificate{alice}), anon: tr(nil)}
@@ -770,6 +770,7 @@ func linSeed(t *testing.T) uint64 {
 // a time; the recorded history must be linearizable (porcupine) and no
 // acknowledged write may be lost.
 func TestLinearizability(t *testing.T) {
+	// Not parallel: like TestHAChaos, it holds fault timing against a steady load.
 	seed := linSeed(t)
 	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{Binary: os.Getenv(etcdtest.BinaryEnv)})
 	env := haEnv(procs.Endpoints(), newPrefix())
@@ -794,6 +795,7 @@ func TestLinearizability(t *testing.T) {
 // the store timeout (and a little), and each etcd member's database size
 // is at most haMaxDBBytes.
 func TestHAChaos(t *testing.T) {
+	// Not parallel: its load loop must keep sending through the quorum loss, which a loaded machine starves.
 	seed := linSeed(t)
 	procs := etcdtest.StartProcs(t, 3, etcdtest.ProcOptions{Binary: os.Getenv(etcdtest.BinaryEnv)})
 	env := haEnv(procs.Endpoints(), newPrefix())
@@ -874,6 +876,7 @@ func checkDBSize(t *testing.T, procs *etcdtest.Procs) {
 // TestLinearizabilityFileStore: the same workload and check on one
 // coordinator with the file store, SIGKILLed and restarted.
 func TestLinearizabilityFileStore(t *testing.T) {
+	t.Parallel()
 	seed := linSeed(t)
 	nodes := []*haNode{{c: startCoordinator(t, "")}}
 	nodes[0].setUp(true)

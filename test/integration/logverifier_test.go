@@ -89,6 +89,7 @@ func saveCheckpoint(t *testing.T, c *coordinator, rootFile string, want *lv.Log,
 // byte for byte, and on which saved checkpoints the log extends. The API
 // refuses out-of-bounds pages naming the bounds.
 func TestUpdateLogIndependentVerifier(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetupWith(t, func(f *fixture) {})
 	alice, bob := s.f.users["alice"].cert, s.f.users["bob"].cert
 	ha, hb := s.c.client(nil, &alice), s.c.client(nil, &bob)

@@ -211,10 +211,12 @@ func TestPinnedMarblesRefuseImpostors(t *testing.T) {
 	// The Marble Root is no pin, neither as RootCAs nor as the root.
 	pool := x509.NewCertPool()
 	pool.AddCert(a.marbleRoot)
+	//lint:ignore SA1019 the deprecated field is set on purpose: Activate must refuse it
 	opts.CoordinatorRoot, opts.RootCAs = nil, pool
 	if _, err := marble.Activate(context.Background(), opts); !errors.Is(err, marble.ErrMarbleRootPin) {
 		t.Fatalf("RootCAs: err = %v, want ErrMarbleRootPin", err)
 	}
+	//lint:ignore SA1019 cleared again, with the Marble Root as the pin
 	opts.CoordinatorRoot, opts.RootCAs = a.marbleRoot, nil
 	if _, err := marble.Activate(context.Background(), opts); !errors.Is(err, marble.ErrMarbleRootPin) {
 		t.Fatalf("CoordinatorRoot = the Marble Root: err = %v, want ErrMarbleRootPin", err)

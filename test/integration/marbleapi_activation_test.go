@@ -26,6 +26,7 @@ import (
 // The shared secret is the one an admin reads; the per-Marble key is the
 // same for a UUID across a restart and differs for another UUID.
 func TestMarbleAPIActivation(t *testing.T) {
+	t.Parallel()
 	s := newMarbleSetup(t)
 	inter, coordRoot := getChain(t, s.c, s.c.client(nil, nil))
 	m := newTestMarble(t)
@@ -119,6 +120,7 @@ func TestMarbleAPIActivation(t *testing.T) {
 // TestMarbleAPIMaxActivations: with MaxActivations 2, two activations
 // succeed; after SIGKILL and a restart the third is refused.
 func TestMarbleAPIMaxActivations(t *testing.T) {
+	t.Parallel()
 	s := newMarbleSetup(t)
 	m := newTestMarble(t)
 	m.mustActivate(t, s.c, "limited", marbleUUIDA)
@@ -134,6 +136,7 @@ func TestMarbleAPIMaxActivations(t *testing.T) {
 // produce and checks its code and message; none of them changes the state:
 // afterwards the Marble type with MaxActivations 1 still activates once.
 func TestMarbleAPIRefusals(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	m := newTestMarble(t)
 	_, err := m.activate(t, c, "needstoken", marbleUUIDA)
@@ -222,6 +225,7 @@ func TestMarbleAPIRefusals(t *testing.T) {
 // the Marble Root; the Marble API presents the new one at once and issues
 // leaves from it.
 func TestMarbleAPIPresentsNewMarbleRootAfterUpdate(t *testing.T) {
+	t.Parallel()
 	s := newMarbleSetup(t)
 	m := newTestMarble(t)
 	var before, after []*x509.Certificate

@@ -43,6 +43,7 @@ func (s *marbleSetup) setCounter(t *testing.T, cert *tls.Certificate, name strin
 // package update (a new Marble Root) the old certificate is refused while
 // a new activation of the same UUID sees its counter.
 func TestMarbleAPIMonotonicCounter(t *testing.T) {
+	t.Parallel()
 	s := newMarbleSetup(t, "MonotonicCounter")
 	m := newTestMarble(t)
 	a := parseActivated(t, m.mustActivate(t, s.c, "backend", marbleUUIDA))
@@ -101,6 +102,7 @@ func TestMarbleAPIMonotonicCounter(t *testing.T) {
 // TestMarbleAPIMonotonicCounterDisabled: without the feature gate a Marble
 // gets 403 fail, as sign-quote's disabled gate.
 func TestMarbleAPIMonotonicCounterDisabled(t *testing.T) {
+	t.Parallel()
 	s := newMarbleSetup(t, "SignQuoteEndpoint")
 	a := parseActivated(t, newTestMarble(t).mustActivate(t, s.c, "backend", marbleUUIDA))
 	r := s.postCounter(t, &a.tls, "c", 5)
@@ -115,6 +117,7 @@ func TestMarbleAPIMonotonicCounterDisabled(t *testing.T) {
 // TestMarbleAPIMonotonicCounterState: before a manifest the endpoint is a
 // state conflict (409), and it exists in /api/v2 only.
 func TestMarbleAPIMonotonicCounterState(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	hc := c.client(nil, nil)
 	expect(t, do(t, hc, http.MethodPost, c.url("/api/v2/monotonic-counter"), `{"name":"c","value":1}`), http.StatusConflict, "fail")
@@ -146,6 +149,7 @@ func expectCounterRefused(t *testing.T, r response, status int, words ...string)
 // (403), too many in all (403) — while existing counters can still be
 // raised, also after a restart; a refusal stores nothing.
 func TestMarbleAPIMonotonicCounterLimits(t *testing.T) {
+	t.Parallel()
 	s := newMarbleSetupEnv(t, []string{"QUARRY_MAX_COUNTERS_PER_MARBLE=3", "QUARRY_MAX_COUNTER_NAME=16", "QUARRY_MAX_COUNTERS=5"}, "MonotonicCounter")
 	m := newTestMarble(t)
 	a := parseActivated(t, m.mustActivate(t, s.c, "backend", marbleUUIDA))
@@ -189,6 +193,7 @@ func TestMarbleAPIMonotonicCounterLimits(t *testing.T) {
 // etcd's request limit are refused, and so is a Marble's 65th counter;
 // the admin's requests still work after it.
 func TestMarbleAPIMonotonicCounterDefaultLimits(t *testing.T) {
+	t.Parallel()
 	s := newMarbleSetup(t, "MonotonicCounter")
 	a := parseActivated(t, newTestMarble(t).mustActivate(t, s.c, "backend", marbleUUIDA))
 	expectCounterRefused(t, s.postCounter(t, &a.tls, strings.Repeat("x", 4000), 1), http.StatusBadRequest,

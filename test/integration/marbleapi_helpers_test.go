@@ -11,8 +11,6 @@ import (
 	"encoding/asn1"
 	"encoding/json"
 	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quarry-cc/quarry/api/marblepb"
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 // Marble instances of the Marble API tests.
@@ -129,21 +128,14 @@ func newTestMarble(t *testing.T) *testMarble {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "MarbleRun Marble"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	self := testpki.SelfSigned(t, "MarbleRun Marble", testpki.Key(key), testpki.Loopback())
+	tmpl := self.Cert
 	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
 		Subject: pkix.Name{CommonName: "MarbleRun Marble"}, DNSNames: tmpl.DNSNames, IPAddresses: tmpl.IPAddresses}, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testMarble{cert: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, csr: csr}
+	return &testMarble{cert: self.TLS(), csr: csr}
 }
 
 // callActivate sends one activation to the Marble API at addr, over TLS

@@ -161,6 +161,7 @@ func fileSize(t *testing.T, path string) float64 {
 // manifest, a secret upload, a refused request and activations, and checks
 // each named metric.
 func TestMetricsAfterScriptedSequence(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "", envMetrics)
 	m := scrape(t, c)
 	m.expectValue(t, 2, "coordinator_state")
@@ -269,6 +270,7 @@ func TestMetricsAfterScriptedSequence(t *testing.T) {
 // TestMetricsUUIDLabelOption checks MarbleRun's per-instance label behind
 // its switch, and that an unparsable UUID gets a fixed value.
 func TestMetricsUUIDLabelOption(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "", envMetrics, "QUARRY_METRICS_MARBLE_UUID_LABEL=1")
 	hc := c.client(nil, nil)
 	_, adminPEM := newUserCert(t, "admin")
@@ -287,6 +289,7 @@ func TestMetricsUUIDLabelOption(t *testing.T) {
 // paths with random methods and activations with random UUIDs and types:
 // the series stay bounded, and nothing crashes.
 func TestMetricsCardinalityBounded(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "", envMetrics)
 	hc := c.client(nil, nil)
 	_, adminPEM := newUserCert(t, "admin")
@@ -395,6 +398,7 @@ func checkProbes(t *testing.T, c *coordinator, readyCode int, reason string) {
 // TestHealthProbesInEveryState checks /healthz and /readyz on both
 // listeners in states 2 and 3 and with the store gone.
 func TestHealthProbesInEveryState(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "", envMetrics)
 	checkProbes(t, c, http.StatusOK, "ok")
 	expect(t, setManifest(t, c, c.client(nil, nil), marbleManifest(t, func() string { _, p := newUserCert(t, "admin"); return p }())), http.StatusOK, "success")
@@ -433,6 +437,7 @@ func TestHealthProbesInEveryState(t *testing.T) {
 // TestHealthProbesInRecoveryMode checks state 1: not ready by default,
 // ready with QUARRY_READY_IN_RECOVERY; the accepted shares are counted.
 func TestHealthProbesInRecoveryMode(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetupIn(t, 2, []string{envMetrics}, func(*fixture) {})
 	s.breakKey(t)
 	checkProbes(t, s.c, http.StatusServiceUnavailable, "recovery mode")
@@ -459,6 +464,7 @@ func TestHealthProbesInRecoveryMode(t *testing.T) {
 // QUARRY_ACTIVATION_EVENTS activations and counts the dropped ones, and
 // that events do not survive a restart.
 func TestEventsBounded(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "", envMetrics, "QUARRY_ACTIVATION_EVENTS=3")
 	_, adminPEM := newUserCert(t, "admin")
 	expect(t, setManifest(t, c, c.client(nil, nil), marbleManifest(t, adminPEM)), http.StatusOK, "success")

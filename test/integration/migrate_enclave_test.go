@@ -133,6 +133,7 @@ func checkMigration(t *testing.T, dir string, env []string) (int, string) {
 // enclave treats a MarbleRun state as unreadable: recovery mode, the files
 // untouched, the recovery refused naming the setting, the dry run too.
 func TestGramineRefusesPlantedMarbleRunState(t *testing.T) {
+	t.Parallel()
 	v := readMarbleRunVector(t, "single")
 	h := newEnclaveHost(t)
 	for _, setting := range []string{"", "QUARRY_MIGRATE_MARBLERUN=0"} {
@@ -172,6 +173,7 @@ func TestGramineRefusesPlantedMarbleRunState(t *testing.T) {
 // state is migrated after MarbleRun's signed recovery, and the shipped
 // setting (0) then opens it.
 func TestGramineMigrationOptIn(t *testing.T) {
+	t.Parallel()
 	v := readMarbleRunVector(t, "single")
 	h := newEnclaveHost(t)
 	on := append(h.env[:len(h.env):len(h.env)], "QUARRY_MIGRATE_MARBLERUN=1", "QUARRY_ENABLE_V1_RECOVER=1")
@@ -225,6 +227,7 @@ func TestGramineMigrationOptIn(t *testing.T) {
 // the data key uploaded without a signature is refused, so the restored root
 // is never served or quoted unless the manifest's recovery keys sign.
 func TestGramineRefusesRestoredSimulationBackup(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetupN(t, 1, func(*fixture) {})
 	file := filepath.Join(t.TempDir(), "sim.qbk")
 	runToolOK(t, "backup", "--seal-dir", s.c.sealDir, "--out", file)

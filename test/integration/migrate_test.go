@@ -175,6 +175,7 @@ func checkKeptAside(t *testing.T, dir string, v *mrVector, withKey bool) {
 }
 
 func TestMigrateMarbleRunDirect(t *testing.T) {
+	t.Parallel()
 	for _, name := range marbleRunVectorNames {
 		t.Run(name, func(t *testing.T) {
 			v := readMarbleRunVector(t, name)
@@ -197,6 +198,7 @@ func TestMigrateMarbleRunDirect(t *testing.T) {
 }
 
 func TestMigrateMarbleRunThroughRecovery(t *testing.T) {
+	t.Parallel()
 	for _, name := range marbleRunVectorNames {
 		t.Run(name, func(t *testing.T) {
 			v := readMarbleRunVector(t, name)
@@ -235,6 +237,7 @@ func TestMigrateMarbleRunThroughRecovery(t *testing.T) {
 // TestMigrateMarbleRunSharesOfAnotherDeployment: multiparty's shares on
 // threshold's state are refused; nothing changes on disk.
 func TestMigrateMarbleRunSharesOfAnotherDeployment(t *testing.T) {
+	t.Parallel()
 	v, other := readMarbleRunVector(t, "threshold"), readMarbleRunVector(t, "multiparty")
 	dir := v.sealDir(t, false)
 	c := startCoordinator(t, dir)
@@ -252,6 +255,7 @@ func TestMigrateMarbleRunSharesOfAnotherDeployment(t *testing.T) {
 // package update as admin, restart: everything is still there, with the
 // update.
 func TestMigrateMarbleRunThenPackageUpdate(t *testing.T) {
+	t.Parallel()
 	v := readMarbleRunVector(t, "single")
 	dir := v.sealDir(t, true)
 	c := startCoordinator(t, dir)
@@ -307,6 +311,7 @@ func TestMigrateMarbleRunThenPackageUpdate(t *testing.T) {
 }
 
 func TestMigrateMarbleRunBothFormats(t *testing.T) {
+	t.Parallel()
 	v := readMarbleRunVector(t, "single")
 	// Both formats: MarbleRun's sealed_data with a Quarry key file.
 	dir := v.sealDir(t, false)
@@ -330,6 +335,7 @@ func TestMigrateMarbleRunBothFormats(t *testing.T) {
 // TestCheckMigrationWritesNothing: the dry run reports the counts and
 // leaves every byte and modification time of the directory as it was.
 func TestCheckMigrationWritesNothing(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		withKey bool
@@ -420,6 +426,7 @@ func currentManifest(t *testing.T, c *coordinator, hc *http.Client) []byte {
 // pending multi-party update; GET /api/v2/update-manifest shows it waiting
 // for alice (also after a SIGKILL), and alice's acknowledgement applies it.
 func TestMigrateMarbleRunPendingUpdate(t *testing.T) {
+	t.Parallel()
 	v := readMarbleRunVector(t, "single")
 	dir, ps, aliceCert := pendingSealDir(t, v)
 	c := startCoordinator(t, dir)
@@ -466,6 +473,7 @@ func TestMigrateMarbleRunPendingUpdate(t *testing.T) {
 // TestMigrateMarbleRunPendingUpdateCancel: alice cancels the migrated
 // pending update; the manifest stays MarbleRun's.
 func TestMigrateMarbleRunPendingUpdateCancel(t *testing.T) {
+	t.Parallel()
 	v := readMarbleRunVector(t, "single")
 	dir, ps, aliceCert := pendingSealDir(t, v)
 	c := startCoordinator(t, dir)
@@ -485,6 +493,7 @@ func TestMigrateMarbleRunPendingUpdateCancel(t *testing.T) {
 // TestMigrateMarbleRunLegacyKeyRefused: a 16-byte legacy data key stops the
 // start and the dry run with a clear message (exit 1); nothing changes.
 func TestMigrateMarbleRunLegacyKeyRefused(t *testing.T) {
+	t.Parallel()
 	v := readMarbleRunVector(t, "single")
 	data, key := v.WithLegacyKey(t)
 	dir := t.TempDir()

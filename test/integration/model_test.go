@@ -211,6 +211,7 @@ func checkHistory(ops []porcupine.Operation, timeout time.Duration) (porcupine.C
 // fail), including with writes of unknown outcome; a rejection writes the
 // visualization.
 func TestLinearizabilityModel(t *testing.T) {
+	t.Parallel()
 	set := func(client int, call, ret int64, v string, ok bool) porcupine.Operation {
 		out := mOutput{OK: ok, HTTP: 200}
 		if ret == unknownReturn {

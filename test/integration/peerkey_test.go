@@ -39,6 +39,7 @@ func freeLoopbackAddr(t *testing.T) string {
 // A third CPU with no live peer goes to recovery mode; recovery on it
 // restores the state, which the second CPU, started again, opens.
 func TestPeerKeyTransfer(t *testing.T) {
+	t.Parallel()
 	cluster := etcdtest.Start(t, 1)
 	prefix := newPrefix()
 	s := newSGXPlatform(t, "UpToDate", nil)
@@ -113,6 +114,7 @@ func TestPeerKeyTransfer(t *testing.T) {
 // With the genuine state written back, the running instance opens it again
 // and the new one joins through it.
 func TestPeerKeyImpostor(t *testing.T) {
+	t.Parallel()
 	cluster := etcdtest.Start(t, 1)
 	prefix := newPrefix()
 	s := newSGXPlatform(t, "UpToDate", nil)

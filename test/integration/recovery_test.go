@@ -164,6 +164,7 @@ func (s *recoverySetup) checkRecovered(t *testing.T) {
 }
 
 func TestRecoverySingleKey(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetup(t, 1, 0)
 	if len(s.secrets["key1"]) != 32 {
 		t.Fatalf("single-key recovery secret has %d bytes, want the 32-byte data key", len(s.secrets["key1"]))
@@ -179,6 +180,7 @@ func TestRecoverySingleKey(t *testing.T) {
 }
 
 func TestRecoveryTwoKeysXOR(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetup(t, 2, 0)
 	s.breakKey(t)
 	s.upload(t, "key1", 1)
@@ -187,6 +189,7 @@ func TestRecoveryTwoKeysXOR(t *testing.T) {
 }
 
 func TestRecoveryThresholdTwoOfThree(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetup(t, 3, 2)
 	for _, k := range s.secrets {
 		if len(k) != 33 {
@@ -204,6 +207,7 @@ func TestRecoveryThresholdTwoOfThree(t *testing.T) {
 }
 
 func TestRecoveryWithEphemeralKey(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetup(t, 2, 0)
 	s.breakKey(t)
 	hc := s.c.client(nil, nil)
@@ -248,6 +252,7 @@ func TestRecoveryWithEphemeralKey(t *testing.T) {
 }
 
 func TestRecoveryRejectsBadUploads(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetup(t, 2, 0)
 	s.breakKey(t)
 	// Malformed bodies in recovery mode: 400, and the round is not touched.
@@ -297,6 +302,7 @@ func TestRecoveryRejectsBadUploads(t *testing.T) {
 }
 
 func TestRecoveryWithCorruptKeyFile(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetup(t, 1, 0)
 	s.c.kill()
 	keyPath := filepath.Join(s.c.sealDir, "sealed_key")
@@ -312,6 +318,7 @@ func TestRecoveryWithCorruptKeyFile(t *testing.T) {
 }
 
 func TestNewManifestInRecoveryModeResets(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetup(t, 1, 0)
 	s.breakKey(t)
 	before, _ := os.ReadFile(filepath.Join(s.c.sealDir, "sealed_data"))

@@ -16,6 +16,7 @@ import (
 // set recovers it (docs/sealing.md, "SealMode changes"; an earlier version
 // answered the update with 200 and lost the state at the next restart).
 func TestSealModeDisabledThenSealingSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetupWith(t, func(f *fixture) {
 		f.set("Config.SealMode", "Disabled")
 		f.set("Config.UpdateThreshold", 1)
@@ -45,6 +46,7 @@ func TestSealModeDisabledThenSealingSurvivesRestart(t *testing.T) {
 // Turning sealing off is refused with a 400 that says why, and changes
 // nothing.
 func TestSealModeToDisabledRefused(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetupWith(t, func(f *fixture) { f.set("Config.UpdateThreshold", 1) })
 	alice := s.f.users["alice"].cert
 	s.f.set("Config.SealMode", "Disabled")
@@ -61,6 +63,7 @@ func TestSealModeToDisabledRefused(t *testing.T) {
 // A sealed_key without sealed_data (a crash during the first set) used to
 // make every manifest set fail with 500 until the file was deleted by hand.
 func TestStraySealedKeyBeforeFirstManifest(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	stray := filepath.Join(dir, "sealed_key")
 	if err := os.WriteFile(stray, []byte("interrupted first write"), 0o600); err != nil {
@@ -81,6 +84,7 @@ func TestStraySealedKeyBeforeFirstManifest(t *testing.T) {
 
 // sealed_key being a directory used to give a 500 at recovery.
 func TestSealedKeyDirectoryAtRecovery(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetup(t, 1, 0)
 	s.c.kill()
 	keyPath := filepath.Join(s.c.sealDir, "sealed_key")
@@ -140,6 +144,7 @@ func (s *recoverySetup) tightenSealMode(t *testing.T) []byte {
 // after a restart in recovery mode, and the old ones no longer do
 // (docs/sealing.md "SealMode changes"). Back to ProductKey keeps the key.
 func TestSealModeTightenedNewRecoverySecrets(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetupWith(t, func(f *fixture) { f.set("Config.UpdateThreshold", 1) })
 	old := s.secrets["key1"]
 	fresh := s.tightenSealMode(t)

@@ -9,16 +9,16 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
-	"math/big"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 type v2Secret struct {
@@ -93,6 +93,7 @@ func newSecretsSetup(t *testing.T) *secretsSetup {
 }
 
 func TestSecretTypesAndSizes(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	inter, _ := getChain(t, s.c, s.alice)
 	got := getSecrets(t, s.c, s.alice, "ecdsa224", "ecdsa256", "ecdsa384", "ecdsa521", "ed", "rsa", "cert", "sym8", "sym256", "sym4096", "symkey", "userkey")
@@ -202,6 +203,7 @@ func TestSecretTypesAndSizes(t *testing.T) {
 }
 
 func TestSecretsAuthorisation(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	stranger, _ := newUserCert(t, "stranger")
 	anon := s.c.client(nil, nil)
@@ -266,30 +268,25 @@ func newUserCertAndManifestWithLimitedReader(t *testing.T) (*coordinator, *http.
 }
 
 // leafCert makes a certificate for key (self-signed).
-func leafCert(t *testing.T, pub, priv any) []byte {
+func leafCert(t *testing.T, priv crypto.Signer) []byte {
 	t.Helper()
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upload"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der
+	return testpki.SelfSigned(t, "upload", testpki.Key(priv), testpki.Serial(1)).DER()
 }
 
 func TestUserSecretUploadRules(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ec384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
 	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	edPub, edPriv, _ := ed25519.GenerateKey(rand.Reader)
-	ecCert := leafCert(t, &ec.PublicKey, ec)
+	_, edPriv, _ := ed25519.GenerateKey(rand.Reader)
+	ecCert := leafCert(t, ec)
 	ecPriv, _ := x509.MarshalPKCS8PrivateKey(ec)
 	ecPub, _ := x509.MarshalPKIXPublicKey(&ec.PublicKey)
 	otherPriv, _ := x509.MarshalPKCS8PrivateKey(other)
 	otherPub, _ := x509.MarshalPKIXPublicKey(&other.PublicKey)
-	ec384Cert := leafCert(t, &ec384.PublicKey, ec384)
-	edCert := leafCert(t, edPub, edPriv)
+	ec384Cert := leafCert(t, ec384)
+	edCert := leafCert(t, edPriv)
 	for _, tc := range []struct {
 		name   string
 		secret string
@@ -381,6 +378,7 @@ func getLog(t *testing.T, c *coordinator, hc *http.Client) []logEntry {
 }
 
 func TestUpdateLogAndRestart(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	key := bytes.Repeat([]byte{0x5a}, 32)
 	expect(t, postSecrets(t, s.c, s.alice, map[string]any{"userkey": map[string]any{"key": key}, "plain": map[string]any{"key": []byte("data")}}), http.StatusOK, "success")
@@ -411,6 +409,7 @@ func TestUpdateLogAndRestart(t *testing.T) {
 }
 
 func TestParallelUploads(t *testing.T) {
+	t.Parallel()
 	s := newSecretsSetup(t)
 	var wg sync.WaitGroup
 	errs := make(chan string, 40)

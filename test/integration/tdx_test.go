@@ -25,6 +25,7 @@ import (
 // the SDK verifies it against the expected TD measurements and refuses
 // other ones, and sign-quote accepts it.
 func TestTDXAttestation(t *testing.T) {
+	t.Parallel()
 	p := dcaptest.NewPKI(t)
 	pl := p.NewPlatform(t, dcaptest.DefaultExtension())
 	from, until := collateralWindow()

@@ -190,6 +190,7 @@ func tortureFingerprint(raw []byte) string {
 }
 
 func TestTortureKillDuringWrites(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash torture: skipped with -short")
 	}

@@ -76,6 +76,7 @@ func packageUpdate(svn int) []byte {
 }
 
 func TestPackageUpdate(t *testing.T) {
+	t.Parallel()
 	s := newUpdateSetup(t, 0)
 	interBefore, root := getChain(t, s.c, s.c.client(nil, nil))
 	certBefore := getSecrets(t, s.c, s.clients["alice"], "cert")["cert"]
@@ -177,6 +178,7 @@ func (s *updateSetup) newManifest(t *testing.T, change func(f *fixture)) []byte 
 }
 
 func TestTwoUserManifestUpdate(t *testing.T) {
+	t.Parallel()
 	s := newUpdateSetup(t, 0)
 	_, root := getChain(t, s.c, s.c.client(nil, nil))
 	next := s.newManifest(t, nil)
@@ -234,6 +236,7 @@ func TestTwoUserManifestUpdate(t *testing.T) {
 }
 
 func TestThresholdTwoOfThree(t *testing.T) {
+	t.Parallel()
 	s := newUpdateSetup(t, 2, "carol", "reader:dave")
 	next := s.newManifest(t, nil)
 	r := s.post(t, "alice", "/api/v2/update", next)
@@ -258,6 +261,7 @@ func TestThresholdTwoOfThree(t *testing.T) {
 }
 
 func TestCancelAndNothingPending(t *testing.T) {
+	t.Parallel()
 	s := newUpdateSetup(t, 0)
 	next := s.newManifest(t, nil)
 	for _, path := range []string{"/api/v2/update-manifest", "/api/v2/update-cancel"} {
@@ -287,6 +291,7 @@ func TestCancelAndNothingPending(t *testing.T) {
 }
 
 func TestUpdateWithoutPermissionAndSingleUpdater(t *testing.T) {
+	t.Parallel()
 	s := newUpdateSetup(t, 1, "reader:carol")
 	next := s.newManifest(t, nil)
 	// A user without UpdateManifest may not start a full update.
@@ -305,6 +310,7 @@ func TestUpdateWithoutPermissionAndSingleUpdater(t *testing.T) {
 }
 
 func TestUpdateChangingRecoveryKeys(t *testing.T) {
+	t.Parallel()
 	s := newUpdateSetup(t, 0)
 	_, root := getChain(t, s.c, s.c.client(nil, nil))
 	keys := recoveryKeys(t, 2)
@@ -341,6 +347,7 @@ func TestUpdateChangingRecoveryKeys(t *testing.T) {
 }
 
 func TestConcurrentAcknowledgements(t *testing.T) {
+	t.Parallel()
 	s := newUpdateSetup(t, 0, "carol", "dave")
 	next := s.newManifest(t, nil)
 	expect(t, s.post(t, "alice", "/api/v2/update", next), http.StatusOK, "success")

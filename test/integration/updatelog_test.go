@@ -65,6 +65,7 @@ func fp(raw []byte) string {
 // names a checkpoint of another root; the existing endpoints do not show
 // Quarry's own entries.
 func TestUpdateLogVerifyScriptedHistory(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetupWith(t, func(f *fixture) {})
 	alice, bob := s.f.users["alice"].cert, s.f.users["bob"].cert
 	ha, hb := s.c.client(nil, &alice), s.c.client(nil, &bob)
@@ -168,6 +169,7 @@ func TestUpdateLogVerifyScriptedHistory(t *testing.T) {
 // the unacknowledged change may be lost. The rounds cross segment
 // boundaries (64 entries).
 func TestUpdateLogSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetupWith(t, func(f *fixture) {})
 	alice := s.f.users["alice"].cert
 	stored := uint64(1) // the manifest set
@@ -236,6 +238,7 @@ func verifiedCount(t *testing.T, addr string, root *x509.Certificate, cert tls.C
 // refuses to serve the log (500, the broken link named in its log) instead
 // of showing the other copy's entries, and --verify fails.
 func TestUpdateLogSplicedSegmentRefused(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetupWith(t, func(f *fixture) {})
 	alice := s.f.users["alice"].cert
 	uploads := func(c *coordinator, n int) {

@@ -43,6 +43,7 @@ func v1Data(t *testing.T, r response, v any) {
 }
 
 func TestV1Endpoints(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	anon := c.client(nil, nil)
 	_, root := getChain(t, c, anon)
@@ -180,6 +181,7 @@ func TestV1Endpoints(t *testing.T) {
 }
 
 func TestV1Recover(t *testing.T) {
+	t.Parallel()
 	s := newRecoverySetup(t, 2, 0)
 	s.c.env = append(s.c.env, "QUARRY_ENABLE_V1_RECOVER=1") // off by default, docs/design/decisions.md#d11
 	s.breakKey(t)
@@ -208,6 +210,7 @@ func TestV1Recover(t *testing.T) {
 }
 
 func TestV2ChangesSeenThroughV1(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "")
 	f := newFixture(t)
 	raw := f.bytes(t)
@@ -230,6 +233,7 @@ func TestV2ChangesSeenThroughV1(t *testing.T) {
 }
 
 func TestV1NeverFails(t *testing.T) {
+	t.Parallel()
 	c := startCoordinator(t, "", "QUARRY_MAX_MANIFEST_SIZE=4096", "QUARRY_ENABLE_V1_RECOVER=1")
 	stranger, _ := newUserCert(t, "stranger")
 	sc := c.client(nil, &stranger)

@@ -12,19 +12,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -41,6 +37,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/quarry-cc/quarry/internal/testpki"
 	"github.com/quarry-cc/quarry/manifest"
 )
 
@@ -850,21 +847,8 @@ func TestFillAWK(t *testing.T) {
 var testPEMs = sync.OnceValue(func() map[string]string {
 	pems := map[string]string{}
 	for _, user := range []string{"alice", "bob"} {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			panic(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(1),
-			Subject:      pkix.Name{CommonName: user},
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     time.Now().Add(time.Hour),
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-		if err != nil {
-			panic(err)
-		}
-		pems[user+".crt"] = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+		// A nil TB: a failure panics.
+		pems[user+".crt"] = string(testpki.SelfSigned(nil, user, testpki.Serial(1)).CertPEM())
 	}
 	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {

@@ -3,15 +3,10 @@ package marbleapi
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"strings"
 	"sync"
@@ -27,6 +22,7 @@ import (
 
 	"github.com/quarry-cc/quarry/api/marblepb"
 	"github.com/quarry-cc/quarry/internal/core"
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 // fakeCoordinator answers activations with a function and records the
@@ -55,24 +51,9 @@ func (f *fakeCoordinator) calls() int {
 // selfSigned makes a self-signed P-256 certificate with its key.
 func selfSigned(t testing.TB, cn string, isCA bool) tls.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: isCA, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+	return testpki.SelfSigned(t, cn, testpki.Usage(x509.KeyUsageDigitalSignature|x509.KeyUsageCertSign),
+		testpki.ServerAuth(), testpki.ClientAuth(),
+		testpki.Template(func(c *x509.Certificate) { c.IsCA, c.BasicConstraintsValid = isCA, true })).TLS()
 }
 
 // testServer is a Marble API server on a loopback port whose server

@@ -3,24 +3,19 @@ package rest
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/store/memstore"
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 // BenchmarkStateChangeHTTPS measures one state-changing request end to end:
@@ -28,9 +23,8 @@ import (
 // through the middleware, handler and core, sealed and stored (in memory)
 // before the answer, with 100 secrets in the state.
 func BenchmarkStateChangeHTTPS(b *testing.B) {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	alice := testpki.SelfSigned(b, "", testpki.Serial(1))
+	key, der := alice.ECDSA(b), alice.DER()
 	secrets := map[string]any{"upload": map[string]any{"Type": "symmetric-key", "Size": 256, "UserDefined": true}}
 	for i := 0; i < 100; i++ {
 		secrets[fmt.Sprintf("s%d", i)] = map[string]any{"Type": "symmetric-key", "Size": 256, "Shared": true}

@@ -13,18 +13,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/quarry-cc/quarry/internal/attest/dcap"
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/store/memstore"
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 // answerWatch is a ResponseWriter that records when the answer's header
@@ -78,17 +77,7 @@ type checkCallers struct {
 
 func newCheckCallers(t *testing.T) *checkCallers {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(11), Subject: pkix.Name{CommonName: "alice"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	user, _ := x509.ParseCertificate(der)
+	user := testpki.SelfSigned(t, "alice", testpki.Serial(11)).Cert
 	return &checkCallers{user: user, stranger: selfSignedCert(t)}
 }
 

@@ -10,16 +10,15 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/store/memstore"
+	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
 // counterSetup is a real core (in memory, simulation) with a manifest
@@ -65,18 +64,7 @@ func newCounterSetup(t *testing.T, gates ...string) *counterSetup {
 
 func selfSignedCert(t *testing.T) *x509.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "6ba7b810-9dad-41d1-80b4-00c04fd430c8"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return c
+	return testpki.SelfSigned(t, "6ba7b810-9dad-41d1-80b4-00c04fd430c8", testpki.Serial(7)).Cert
 }
 
 // post sends a counter request with the peer chain and returns the status

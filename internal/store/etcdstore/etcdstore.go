@@ -53,7 +53,8 @@ type Options struct {
 	// after the first failure, doubled after each further one up to 5 s.
 	// Negative: Connect tries until ctx ends, except that TLSAttempts
 	// TLS failures in a row (ErrTLS: a wrong CA, client certificate or
-	// scheme, which waiting does not cure) end it.
+	// scheme, which waiting does not cure) end it. Whatever the number,
+	// a trust failure at every endpoint (ErrUntrusted) ends it at once.
 	ConnectAttempts int
 	Backoff         time.Duration
 	// OnRetry, if set, is called after each failed attempt with the
@@ -89,7 +90,10 @@ type Client struct {
 // exponential backoff; it gives up after opts.ConnectAttempts (negative:
 // when ctx ends, or after TLSAttempts TLS failures in a row) with an error
 // wrapping ErrUnreachable that names the endpoints and the last cause, or
-// wrapping ErrTLS when etcd answered but TLS with it failed.
+// wrapping ErrTLS when etcd answered but TLS with it failed. When every
+// endpoint answered with a definite trust failure (ErrUntrusted: its
+// certificate is not signed by the CA, or it refused the client
+// certificate) it gives up at once with that error.
 func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if len(opts.Endpoints) == 0 {
 		return nil, errors.New("etcdstore: no endpoints")
@@ -148,10 +152,12 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 			}
 			return c, nil
 		}
+		definite := false
 		if ctx.Err() == nil {
 			// etcd's client reports a TLS failure as a timeout: look
 			// for it, so that the error names it.
-			if terr := diagnoseTLS(ctx, opts.Endpoints, tlsConf, opts.DialTimeout); terr != nil {
+			var terr error
+			if terr, definite = diagnoseTLS(ctx, opts.Endpoints, tlsConf, opts.CAFile, opts.DialTimeout); terr != nil {
 				err = terr
 			}
 		}
@@ -164,14 +170,16 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		if opts.ConnectAttempts < 0 {
 			giveUp = tlsInARow >= TLSAttempts
 		}
-		if ctx.Err() != nil || giveUp {
+		// A trust failure at every endpoint is a setting that waiting
+		// does not cure (ErrUntrusted): it ends the connect at once.
+		if ctx.Err() != nil || giveUp || definite {
 			cli.Close()
 			if errors.Is(err, ErrTLS) {
-				return nil, fmt.Errorf("etcdstore: %w (endpoints %s, %d attempts)",
-					err, strings.Join(opts.Endpoints, ","), attempt)
+				return nil, fmt.Errorf("etcdstore: %w (endpoints %s, %s)",
+					err, strings.Join(opts.Endpoints, ","), attempts(attempt))
 			}
-			return nil, fmt.Errorf("etcdstore: %w (endpoints %s, %d attempts): %v",
-				ErrUnreachable, strings.Join(opts.Endpoints, ","), attempt, err)
+			return nil, fmt.Errorf("etcdstore: %w (endpoints %s, %s): %v",
+				ErrUnreachable, strings.Join(opts.Endpoints, ","), attempts(attempt), err)
 		}
 		if opts.OnRetry != nil {
 			opts.OnRetry(attempt, err, wait)
@@ -182,6 +190,13 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
+}
+
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return strconv.Itoa(n) + " attempts"
 }
 
 func tlsConfig(opts Options) (*tls.Config, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,8 +43,10 @@ func TestConformanceTLS(t *testing.T) {
 }
 
 // TestTLSRefused: a client that cannot talk TLS with etcd is refused with
-// an error that says why, after the bounded connect retry (never a hang),
-// and each retry reports the TLS cause too.
+// an error that says why (never a hang): a definite trust failure (a CA
+// that did not sign etcd's certificate, a client certificate etcd refuses)
+// at once, naming the setting to change; a wrong scheme after the bounded
+// connect retry, each retry reporting the TLS cause too.
 func TestTLSRefused(t *testing.T) {
 	cluster := etcdtest.StartTLS(t, 1)
 	f := cluster.TLS()
@@ -55,14 +58,19 @@ func TestTLSRefused(t *testing.T) {
 		endpoints []string
 		ca        string
 		cert, key string
-		want      string // in the error
+		want      []string // in the error
+		untrusted bool     // ErrUntrusted: refused at the first attempt
 	}{
-		{"CA of another authority", ep, other.CertFile, f.CertFile, f.KeyFile, "server's certificate is not trusted"},
-		{"no CA (system roots)", ep, "", f.CertFile, f.KeyFile, "server's certificate is not trusted"},
-		{"no client certificate", ep, f.CAFile, "", "", "refused the client certificate"},
-		{"client certificate of another CA", ep, f.CAFile, foreignCert, foreignKey, "refused the client certificate"},
-		{"http:// endpoint on a TLS member", []string{strings.Replace(ep[0], "https://", "http://", 1)}, f.CAFile, f.CertFile, f.KeyFile, "serves TLS; use https://"},
-		{"http:// endpoint without TLS options", []string{strings.Replace(ep[0], "https://", "http://", 1)}, "", "", "", "serves TLS; use https://"},
+		{"CA of another authority", ep, other.CertFile, f.CertFile, f.KeyFile,
+			[]string{"server's certificate is not trusted", "the etcd CA " + other.CertFile + " did not sign it", "--etcd-ca (QUARRY_ETCD_CA)"}, true},
+		{"no CA (system roots)", ep, "", f.CertFile, f.KeyFile,
+			[]string{"server's certificate is not trusted", "no etcd CA is set", "--etcd-ca (QUARRY_ETCD_CA)"}, true},
+		{"no client certificate", ep, f.CAFile, "", "",
+			[]string{"refused the client certificate: none is set", "--etcd-cert and --etcd-key"}, true},
+		{"client certificate of another CA", ep, f.CAFile, foreignCert, foreignKey,
+			[]string{"refused the client certificate: etcd does not trust it", "--etcd-cert and --etcd-key"}, true},
+		{"http:// endpoint on a TLS member", []string{strings.Replace(ep[0], "https://", "http://", 1)}, f.CAFile, f.CertFile, f.KeyFile, []string{"serves TLS; use https://"}, false},
+		{"http:// endpoint without TLS options", []string{strings.Replace(ep[0], "https://", "http://", 1)}, "", "", "", []string{"serves TLS; use https://"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The deadline only catches a hang; the retry ends first.
@@ -83,11 +91,23 @@ func TestTLSRefused(t *testing.T) {
 			if ctx.Err() != nil {
 				t.Fatalf("Connect ran into the test's deadline: %v", err)
 			}
-			if !errors.Is(err, etcdstore.ErrTLS) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.endpoints[0]) {
-				t.Fatalf("error %q: want ErrTLS, naming the endpoint and %q", err, tc.want)
+			if !errors.Is(err, etcdstore.ErrTLS) || !strings.Contains(err.Error(), tc.endpoints[0]) {
+				t.Fatalf("error %q: want ErrTLS, naming the endpoint", err)
 			}
-			if !strings.Contains(err.Error(), "3 attempts") || len(retries) != 2 {
-				t.Errorf("gave up after %d retries (%q), want 3 attempts", len(retries), err)
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if errors.Is(err, etcdstore.ErrUntrusted) != tc.untrusted {
+				t.Errorf("error %q: ErrUntrusted %v, want %v", err, !tc.untrusted, tc.untrusted)
+			}
+			want, wantRetries := "3 attempts", 2
+			if tc.untrusted {
+				want, wantRetries = "1 attempt)", 0
+			}
+			if !strings.Contains(err.Error(), want) || len(retries) != wantRetries {
+				t.Errorf("gave up after %d retries (%q), want %s", len(retries), err, want)
 			}
 			for _, r := range retries {
 				if !errors.Is(r, etcdstore.ErrTLS) {
@@ -105,13 +125,12 @@ func TestTLSRefused(t *testing.T) {
 func TestTLSRefusedWithoutAttemptLimit(t *testing.T) {
 	cluster := etcdtest.StartTLS(t, 1)
 	f := cluster.TLS()
-	other := etcdtest.NewCA(t, t.TempDir(), "other-ca")
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	retries := 0
 	c, err := etcdstore.Connect(ctx, etcdstore.Options{
-		Endpoints: cluster.Endpoints(), Prefix: "/refused/",
-		CAFile: other.CertFile, CertFile: f.CertFile, KeyFile: f.KeyFile,
+		Endpoints: []string{strings.Replace(cluster.Endpoints()[0], "https://", "http://", 1)}, Prefix: "/refused/",
+		CAFile: f.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile,
 		DialTimeout: 300 * time.Millisecond, ConnectAttempts: -1, Backoff: 10 * time.Millisecond,
 		OnRetry: func(int, error, time.Duration) { retries++ },
 	})
@@ -123,11 +142,56 @@ func TestTLSRefusedWithoutAttemptLimit(t *testing.T) {
 		t.Fatalf("Connect ran into the test's deadline: %v", err)
 	}
 	want := fmt.Sprintf("%d attempts", etcdstore.TLSAttempts)
-	if !errors.Is(err, etcdstore.ErrTLS) || !strings.Contains(err.Error(), "not trusted") || !strings.Contains(err.Error(), want) {
+	if !errors.Is(err, etcdstore.ErrTLS) || !strings.Contains(err.Error(), "serves TLS") || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %q: want ErrTLS after %s", err, want)
 	}
 	if retries != etcdstore.TLSAttempts-1 {
 		t.Errorf("%d retries, want %d", retries, etcdstore.TLSAttempts-1)
+	}
+}
+
+// TestUntrustedEndsAtOnce: a Connect that would try until its context
+// ends gives up at the first attempt when every endpoint's certificate is
+// not signed by the CA (which waiting cannot cure); when only some are
+// (another endpoint does not answer, and may yet), it keeps trying.
+func TestUntrustedEndsAtOnce(t *testing.T) {
+	cluster := etcdtest.StartTLS(t, 1)
+	f := cluster.TLS()
+	other := etcdtest.NewCA(t, t.TempDir(), "other-ca")
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	retries := 0
+	start := time.Now()
+	c, err := etcdstore.Connect(ctx, etcdstore.Options{
+		Endpoints: cluster.Endpoints(), Prefix: "/refused/",
+		CAFile: other.CertFile, CertFile: f.CertFile, KeyFile: f.KeyFile,
+		ConnectAttempts: -1, OnRetry: func(int, error, time.Duration) { retries++ },
+	})
+	if err == nil {
+		c.Close()
+		t.Fatal("Connect succeeded")
+	}
+	if !errors.Is(err, etcdstore.ErrUntrusted) || !errors.Is(err, etcdstore.ErrTLS) || retries != 0 ||
+		!strings.Contains(err.Error(), "--etcd-ca (QUARRY_ETCD_CA)") || !strings.Contains(err.Error(), "1 attempt)") {
+		t.Fatalf("error %q after %d retries: want ErrUntrusted at the first attempt, naming --etcd-ca", err, retries)
+	}
+	t.Logf("refused after %v: %v", time.Since(start), err)
+
+	// One endpoint untrusted, one that does not answer: not definite.
+	down := "https://" + closedAddr(t)
+	retries = 0
+	c, err = etcdstore.Connect(ctx, etcdstore.Options{
+		Endpoints: []string{cluster.Endpoints()[0], down}, Prefix: "/refused/",
+		CAFile: other.CertFile, CertFile: f.CertFile, KeyFile: f.KeyFile,
+		DialTimeout: 300 * time.Millisecond, ConnectAttempts: 3, Backoff: 10 * time.Millisecond,
+		OnRetry: func(int, error, time.Duration) { retries++ },
+	})
+	if err == nil {
+		c.Close()
+		t.Fatal("Connect succeeded")
+	}
+	if !errors.Is(err, etcdstore.ErrTLS) || retries != 2 || !strings.Contains(err.Error(), "3 attempts") {
+		t.Fatalf("error %q after %d retries: want the TLS cause after 3 attempts", err, retries)
 	}
 }
 
@@ -189,4 +253,16 @@ func TestHTTPSOnPlainMember(t *testing.T) {
 	if !errors.Is(err, etcdstore.ErrTLS) || !strings.Contains(err.Error(), "does not speak TLS") {
 		t.Fatalf("error %q: want ErrTLS saying the member does not speak TLS", err)
 	}
+}
+
+// closedAddr returns a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }
