@@ -50,6 +50,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	reportContract() // contract_test.go
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -239,7 +240,8 @@ func (c *coordinator) client(root *x509.Certificate, cert *tls.Certificate) *htt
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
-	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	// Every exchange is checked against api/openapi.yaml (contract_test.go).
+	return &http.Client{Timeout: 60 * time.Second, Transport: validating(c.t, &http.Transport{TLSClientConfig: cfg}, cert != nil)}
 }
 
 // response is a decoded v2 JSend answer.
