@@ -375,3 +375,40 @@ func reportContract() {
 		n, time.Duration(contractStats.nanos.Load()).Round(time.Millisecond), len(hit), ops, answers,
 		contractStats.refusedInvalid.Load(), contractStats.unvalidatedBodies.Load(), contractStats.memoised.Load())
 }
+
+// TestOpenAPIServedByCoordinator fetches the description from the real
+// binary, without a client certificate: the bytes of api/openapi.yaml, as
+// application/yaml, in every state (here: waiting for a manifest, and
+// running).
+func TestOpenAPIServedByCoordinator(t *testing.T) {
+	c := startCoordinator(t, "")
+	hc := c.client(nil, nil)
+	check := func(when string) {
+		t.Helper()
+		resp, err := hc.Get(c.url("/api/v2/openapi.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/yaml" {
+			t.Fatalf("%s: HTTP %d, Content-Type %q: %.300s", when, resp.StatusCode, resp.Header.Get("Content-Type"), raw)
+		}
+		if !bytes.Equal(raw, api.OpenAPI) {
+			t.Fatalf("%s: served %d bytes that are not api/openapi.yaml's %d", when, len(raw), len(api.OpenAPI))
+		}
+		doc, err := openapi3.NewLoader().LoadFromData(raw)
+		if err != nil {
+			t.Fatalf("%s: the served description does not load: %v", when, err)
+		}
+		if !doc.IsOpenAPI31OrLater() {
+			t.Fatalf("%s: served openapi %q", when, doc.OpenAPI)
+		}
+	}
+	check("waiting for a manifest")
+	expect(t, setManifest(t, c, hc, newFixture(t).bytes(t)), http.StatusOK, "success")
+	check("running")
+}
