@@ -18,6 +18,9 @@ const (
 	PathMonotonicCounter = "/api/v2/monotonic-counter"
 	// PathUpdateLog is the verifiable update log (docs/update-log.md).
 	PathUpdateLog = "/api/v2/update-log"
+	// PathOpenAPI serves the OpenAPI 3.1 description of the Client API
+	// (api/openapi.yaml) as application/yaml.
+	PathOpenAPI = "/api/v2/openapi.yaml"
 )
 
 // StatusResponse is the data of GET /api/v2/status. Code and Status carry the

@@ -59,6 +59,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	reportContract() // contract_test.go
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -276,15 +277,15 @@ func (c *coordinator) client(root *x509.Certificate, cert *tls.Certificate) *htt
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
-	return newHTTPClient(&http.Transport{TLSClientConfig: cfg}, 60*time.Second)
+	// Every exchange is checked against api/openapi.yaml (contract_test.go).
+	return newHTTPClient(validating(c.t, &http.Transport{TLSClientConfig: cfg}, cert != nil), 60*time.Second)
 }
 
 // newHTTPClient makes the tests' HTTP clients of the Client API (the
 // harness's own and the load loops of the HA and DoS tests) in this one
-// place, so that one RoundTripper can wrap them all. The tests that send
-// malformed requests on purpose (hardening_test.go, flood_bench_test.go)
-// make their own.
-func newHTTPClient(tr *http.Transport, timeout time.Duration) *http.Client {
+// place. The tests that send malformed requests on purpose
+// (hardening_test.go, flood_bench_test.go) make their own.
+func newHTTPClient(tr http.RoundTripper, timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: tr}
 }
 

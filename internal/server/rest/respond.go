@@ -175,6 +175,13 @@ func dataOf(err error) any {
 // requests (see manifestCache).
 type encoded []byte
 
+// document is response data that is not JSON (the OpenAPI description):
+// the renderer sends body as is with its media type.
+type document struct {
+	contentType []string
+	body        []byte
+}
+
 // renderer writes every response of one API generation.
 type renderer struct {
 	log     *slog.Logger
@@ -196,6 +203,10 @@ func (r renderer) write(w http.ResponseWriter, req *http.Request, data any, err 
 		buf := make([]byte, 0, len(prefix)+len(enc)+2)
 		buf = append(append(append(buf, prefix...), enc...), '}')
 		r.send(w, status, buf)
+		return
+	}
+	if doc, ok := data.(document); ok && err == nil {
+		r.sendAs(w, status, doc.contentType, doc.body)
 		return
 	}
 	if err == nil {
@@ -270,9 +281,14 @@ func (r renderer) write(w http.ResponseWriter, req *http.Request, data any, err 
 // send writes a JSON body (a newline is appended) with its length, so that
 // the response is never chunked.
 func (r renderer) send(w http.ResponseWriter, status int, body []byte) {
-	body = append(body, '\n')
+	r.sendAs(w, status, contentTypeJSON, append(body, '\n'))
+}
+
+// sendAs writes body as is, of the media type contentType, with its
+// length.
+func (r renderer) sendAs(w http.ResponseWriter, status int, contentType []string, body []byte) {
 	h := w.Header()
-	h["Content-Type"] = contentTypeJSON
+	h["Content-Type"] = contentType
 	h["X-Content-Type-Options"] = nosniff
 	h["Cache-Control"] = noStore
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}

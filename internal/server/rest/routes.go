@@ -167,6 +167,7 @@ func (s *server) routes() []route {
 		{method: http.MethodPost, path: v2.PathMonotonicCounter, handle: s.postMonotonicCounter},
 		{method: http.MethodGet, path: PathHealthz, handle: s.getHealthz},
 		{method: http.MethodGet, path: PathReadyz, handle: s.getReadyz},
+		{method: http.MethodGet, path: v2.PathOpenAPI, handle: s.getOpenAPI},
 	}
 }
 
