@@ -210,7 +210,7 @@ func TestMarbleTypeExtension(t *testing.T) {
 // handshake runs a TLS handshake between a server and a client
 // configuration over loopback TCP and returns each side's error and the
 // server's and client's view of the connection.
-func handshake(t *testing.T, server, client *tls.Config, serverName string) (serr, cerr error, scs, ccs tls.ConnectionState) {
+func handshake(t *testing.T, server, client *tls.Config, serverName string) (scs, ccs tls.ConnectionState, serr, cerr error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -254,7 +254,7 @@ func handshake(t *testing.T, server, client *tls.Config, serverName string) (ser
 	ccs = cc.ConnectionState()
 	r := <-done
 	cc.Close()
-	return r.err, cerr, r.cs, ccs
+	return r.cs, ccs, r.err, cerr
 }
 
 func TestTLSConfigs(t *testing.T) {
@@ -263,7 +263,7 @@ func TestTLSConfigs(t *testing.T) {
 	back := credentials(t, issue(t, a, "backend", "backend.example"))
 
 	// Mutual TLS; each side reads the other's type.
-	serr, cerr, scs, ccs := handshake(t, back.ServerTLSConfig("frontend"), front.ClientTLSConfig("backend"), "backend.example")
+	scs, ccs, serr, cerr := handshake(t, back.ServerTLSConfig("frontend"), front.ClientTLSConfig("backend"), "backend.example")
 	if serr != nil || cerr != nil {
 		t.Fatalf("handshake: server %v, client %v", serr, cerr)
 	}
@@ -274,7 +274,7 @@ func TestTLSConfigs(t *testing.T) {
 		t.Errorf("client sees %q, %v; want backend", typ, err)
 	}
 	// Unrestricted: any Marble; loopback is always among the names.
-	if serr, cerr, _, _ := handshake(t, back.ServerTLSConfig(), front.ClientTLSConfig(), "127.0.0.1"); serr != nil || cerr != nil {
+	if _, _, serr, cerr := handshake(t, back.ServerTLSConfig(), front.ClientTLSConfig(), "127.0.0.1"); serr != nil || cerr != nil {
 		t.Errorf("unrestricted handshake: server %v, client %v", serr, cerr)
 	}
 
@@ -305,7 +305,7 @@ func TestTLSConfigs(t *testing.T) {
 		"client without a certificate at all": {back.ServerTLSConfig(), &tls.Config{RootCAs: back.ClientTLSConfig().RootCAs}, "backend.example", nil, false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			serr, cerr, _, _ := handshake(t, tc.server, tc.client, tc.host)
+			_, _, serr, cerr := handshake(t, tc.server, tc.client, tc.host)
 			if serr == nil && cerr == nil {
 				t.Fatal("the handshake succeeded")
 			}

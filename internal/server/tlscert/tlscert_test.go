@@ -37,7 +37,6 @@ type fixture struct {
 	cur   atomic.Pointer[tls.Certificate]
 	asked atomic.Int64
 	cfg   *tls.Config
-	srv   *server
 }
 
 func newFixture(t *testing.T, clientAuth tls.ClientAuthType) *fixture {
