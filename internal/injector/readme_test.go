@@ -13,13 +13,13 @@ import (
 	"github.com/quarry-cc/quarry/internal/injector"
 )
 
-// readmeBlock returns the YAML block after marker in docs/deployment.md.
+// readmeBlock returns the YAML block after marker in README.md.
 func readmeBlock(t *testing.T, readme, marker string) []byte {
 	t.Helper()
 	_, after, ok := strings.Cut(readme, marker+"\n```yaml\n")
 	block, _, ok2 := strings.Cut(after, "\n```")
 	if !ok || !ok2 {
-		t.Fatalf("docs/deployment.md has no yaml block after %s", marker)
+		t.Fatalf("README.md has no yaml block after %s", marker)
 	}
 	j, err := yaml.YAMLToJSON([]byte(block))
 	if err != nil {
@@ -41,9 +41,9 @@ func canonical(t *testing.T, raw []byte) []byte {
 }
 
 // TestReadmeExample: the pod before and after injection that
-// docs/deployment.md ("Marble injector") shows is what the injector makes of it.
+// README.md ("On Kubernetes") shows is what the injector makes of it.
 func TestReadmeExample(t *testing.T) {
-	raw, err := os.ReadFile("../../docs/deployment.md")
+	raw, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +52,6 @@ func TestReadmeExample(t *testing.T) {
 	in := newInjector(t, injector.IntelEPC)
 	_, patched := admit(t, in, before, "shop")
 	if got, w := canonical(t, patched), canonical(t, want); !bytes.Equal(got, w) {
-		t.Fatalf("docs/deployment.md's injected pod differs from the injector's:\ndocs     %s\ninjector %s", w, got)
+		t.Fatalf("README.md's injected pod differs from the injector's:\ndocs     %s\ninjector %s", w, got)
 	}
 }
