@@ -16,6 +16,7 @@ import (
 
 	"github.com/quarry-cc/quarry/api/logchain"
 	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/sealedstate"
 	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/updatelog"
 )
@@ -25,7 +26,7 @@ import (
 // its own (Options.LogSegments), written once and never changed; the
 // entries after the last full segment (the tail) and the head (count, hash,
 // segment count, signed checkpoint) stay in the sealed state
-// (sealedState.UpdateLog and sealedState.Log).
+// (sealedstate.State.UpdateLog and .Log).
 //
 // A change appends its entries to the tail. At the next commit, the
 // segments that the tail's already stored entries fill are written first,
@@ -38,46 +39,10 @@ import (
 // SegmentSize-1 stored entries plus its own) and, once every SegmentSize
 // entries, one segment: its cost does not grow with the log's length.
 
-// logState is the head of the update log in the sealed state.
-type logState struct {
-	// ID identifies this log (a new one with every new manifest set).
-	ID []byte
-	// Key seals the segments (32 bytes). It is kept in the state rather
-	// than the data key so that a new data key does not orphan segments.
-	Key []byte
-	// Count and Head are the number of entries and the last entry's hash.
-	Count uint64
-	Head  logchain.Hash
-	// Segments is the number of full segments stored; the tail (the
-	// state's UpdateLog) holds entries Segments*SegmentSize+1 on.
-	Segments uint64
-	// TailPrev is the hash before the tail's first entry.
-	TailPrev logchain.Hash
-	// Checkpoint is the head signed by the root key at the last change.
-	Checkpoint logchain.Checkpoint
-	// CounterIncrements counts the monotonic-counter increments;
-	// RecordedIncrements and RecordedActivations are the counts (and the
-	// state's Activations) the log last recorded. Marble activity is
-	// recorded only as counts, with the next entry (marbleUsage).
-	CounterIncrements   uint64            `json:",omitempty"`
-	RecordedIncrements  uint64            `json:",omitempty"`
-	RecordedActivations map[string]uint64 `json:",omitempty"`
-}
-
-// counted returns a copy of l with one more counter increment.
-func (l *logState) counted() *logState {
-	if l == nil {
-		return nil
-	}
-	n := *l
-	n.CounterIncrements++
-	return &n
-}
-
 // marbleUsage returns the entry that records the activations (of Marbles
 // with MaxActivations) and counter increments since the log last recorded
 // them, and updates l's record; "" when there were none.
-func marbleUsage(l *logState, activations map[string]uint64, now time.Time) string {
+func marbleUsage(l *sealedstate.Log, activations map[string]uint64, now time.Time) string {
 	since := map[string]uint64{}
 	for t, n := range activations {
 		if d := n - l.RecordedActivations[t]; n > l.RecordedActivations[t] {
@@ -92,8 +57,6 @@ func marbleUsage(l *logState, activations map[string]uint64, now time.Time) stri
 	l.RecordedIncrements = l.CounterIncrements
 	return updatelog.MarbleUsage(now, since, incs)
 }
-
-func (l *logState) head() logchain.Head { return logchain.Head{Count: l.Count, Hash: l.Head} }
 
 // segmentCacheSize bounds the decoded segments kept in memory.
 const segmentCacheSize = 256
@@ -137,13 +100,13 @@ func (l *logStore) signer(der []byte) (*ecdsa.PrivateKey, error) {
 // state's root secret (new with every manifest set): instances converting
 // the same stored state on a shared store derive the same log, so that
 // their segments are interchangeable.
-func newLogState(st *sealedState) (*logState, error) {
+func newLogState(st *sealedstate.State) (*sealedstate.Log, error) {
 	if len(st.RootSecret) == 0 {
 		return nil, errors.New("the state has no root secret")
 	}
 	id := sha256.Sum256(append([]byte("quarry update log id\x00"), st.RootSecret...))
 	key := sha256.Sum256(append([]byte("quarry update log key\x00"), st.RootSecret...))
-	return &logState{ID: id[:16], Key: key[:]}, nil
+	return &sealedstate.Log{ID: id[:16], Key: key[:]}, nil
 }
 
 // prepareLog brings st.Log up to date with the entries appended to the
@@ -152,7 +115,7 @@ func newLogState(st *sealedState) (*logState, error) {
 // set, and signs the new head. A state without Log (before this change,
 // or a new manifest) gets a new log whose first entries are its UpdateLog.
 // Callers hold mu.
-func (c *Core) prepareLog(ctx context.Context, st *sealedState, flush bool) error {
+func (c *Core) prepareLog(ctx context.Context, st *sealedstate.State, flush bool) error {
 	old := st.Log
 	fresh := old == nil
 	if fresh {
@@ -185,7 +148,7 @@ func (c *Core) prepareLog(ctx context.Context, st *sealedState, flush bool) erro
 	tail := st.UpdateLog
 	// The new head chains only the added entries; the tail's hashes are
 	// needed only to write segments.
-	h := old.head().Append(tail[stored:]...)
+	h := old.Chain().Append(tail[stored:]...)
 	nl.Count, nl.Head = h.Count, h.Hash
 	var recs []logchain.Record
 	if k > 0 {
@@ -210,7 +173,7 @@ func (c *Core) prepareLog(ctx context.Context, st *sealedState, flush bool) erro
 		if err != nil {
 			return err
 		}
-		if nl.Checkpoint, err = logchain.Sign(rand.Reader, key, nl.head(), c.opts.Now()); err != nil {
+		if nl.Checkpoint, err = logchain.Sign(rand.Reader, key, nl.Chain(), c.opts.Now()); err != nil {
 			return err
 		}
 	}
@@ -225,7 +188,7 @@ type segmentHeader struct {
 
 // writeSegment seals and stores segment n (overwriting whatever an
 // interrupted write left there).
-func (c *Core) writeSegment(ctx context.Context, l *logState, n uint64, prev logchain.Hash, entries []string) error {
+func (c *Core) writeSegment(ctx context.Context, l *sealedstate.Log, n uint64, prev logchain.Hash, entries []string) error {
 	s, err := c.logs.segments(n)
 	if err != nil {
 		return fmt.Errorf("update log segment %d: %w", n, err)
@@ -258,7 +221,7 @@ func (c *Core) writeSegment(ctx context.Context, l *logState, n uint64, prev log
 }
 
 // readSegment returns the records of stored segment n of l.
-func (c *Core) readSegment(ctx context.Context, l *logState, n uint64) ([]logchain.Record, error) {
+func (c *Core) readSegment(ctx context.Context, l *sealedstate.Log, n uint64) ([]logchain.Record, error) {
 	c.logs.mu.Lock()
 	if string(c.logs.cacheID) != string(l.ID) {
 		c.logs.cacheID, c.logs.cache = slices.Clone(l.ID), map[uint64][]logchain.Record{}
@@ -307,7 +270,7 @@ func (c *Core) readSegment(ctx context.Context, l *logState, n uint64) ([]logcha
 // Every segment it serves is checked to chain with its neighbours
 // (checkSegmentLinks), so reading the whole log checks the whole chain of
 // segments up to the tail, whose start the sealed state holds.
-func (c *Core) records(ctx context.Context, st *sealedState, after, limit uint64) ([]logchain.Record, error) {
+func (c *Core) records(ctx context.Context, st *sealedstate.State, after, limit uint64) ([]logchain.Record, error) {
 	l := st.Log
 	end := min(l.Count, after+limit)
 	if limit > l.Count { // after+limit may overflow
@@ -354,7 +317,7 @@ func (c *Core) records(ctx context.Context, st *sealedState, after, limit uint64
 // the same log (a fork, an older backup) and segments replaced, reordered
 // or dropped. A neighbour that is missing or does not open is reported as
 // such: the link cannot be checked, so the segment is not served.
-func (c *Core) checkSegmentLinks(ctx context.Context, l *logState, n uint64, recs, before []logchain.Record, lastServed bool) error {
+func (c *Core) checkSegmentLinks(ctx context.Context, l *sealedstate.Log, n uint64, recs, before []logchain.Record, lastServed bool) error {
 	const size = updatelog.SegmentSize
 	switch {
 	case n == 0:
@@ -403,7 +366,7 @@ func segmentChainError(what string) error {
 // its entries become the start of the chain. The converted state is
 // written (its entries into segments) with the next change; until then the
 // stored state is the old one, so a crash at any point loses nothing.
-func ensureLog(st *sealedState, now time.Time) error {
+func ensureLog(st *sealedstate.State, now time.Time) error {
 	if st.Log != nil {
 		return nil
 	}
@@ -419,7 +382,7 @@ func ensureLog(st *sealedState, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("root key: %w", err)
 	}
-	if l.Checkpoint, err = logchain.Sign(rand.Reader, key, l.head(), now); err != nil {
+	if l.Checkpoint, err = logchain.Sign(rand.Reader, key, l.Chain(), now); err != nil {
 		return err
 	}
 	st.Log = l
@@ -477,7 +440,7 @@ func (c *Core) UpdateLogPage(ctx context.Context, after, limit uint64) (LogPage,
 }
 
 // fullLog returns every entry of st's log.
-func (c *Core) fullLog(ctx context.Context, st *sealedState) ([]string, error) {
+func (c *Core) fullLog(ctx context.Context, st *sealedstate.State) ([]string, error) {
 	if st.Log == nil || st.Log.Segments == 0 {
 		return st.UpdateLog, nil
 	}

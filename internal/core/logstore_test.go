@@ -16,6 +16,7 @@ import (
 
 	"github.com/quarry-cc/quarry/api/logchain"
 	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/sealedstate"
 	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/store/memstore"
@@ -387,7 +388,7 @@ func TestLogSegmentsReorderedOrDropped(t *testing.T) {
 
 // storeOldFormat stores st as a state from before the verifiable log (no
 // Log, the whole log in UpdateLog), bypassing prepareLog.
-func storeOldFormat(t *testing.T, c *Core, st sealedState) {
+func storeOldFormat(t *testing.T, c *Core, st sealedstate.State) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -518,7 +519,7 @@ func growLog(tb testing.TB, c *Core, n int) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if l.Checkpoint, err = logchain.Sign(nil, key, l.head(), now); err != nil {
+	if l.Checkpoint, err = logchain.Sign(nil, key, l.Chain(), now); err != nil {
 		tb.Fatal(err)
 	}
 	st.Log = &l
@@ -593,7 +594,7 @@ func TestLogRecordsMarbleActivityAsCounts(t *testing.T) {
 			s := c.snap.Load()
 			st := *s.persisted
 			st.Activations = maps.Clone(activations)
-			st.Log = st.Log.counted()
+			st.Log = st.Log.Counted()
 			if err := c.persist(context.Background(), s, &st); err != nil {
 				t.Fatal(err)
 			}

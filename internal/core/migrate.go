@@ -19,9 +19,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/quarry-cc/quarry/internal/vault"
 	"maps"
 	"slices"
+
+	"github.com/quarry-cc/quarry/internal/sealedstate"
+	"github.com/quarry-cc/quarry/internal/vault"
 
 	"github.com/quarry-cc/quarry/internal/marblerun"
 	"github.com/quarry-cc/quarry/internal/recovery"
@@ -289,31 +291,31 @@ func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedDat
 
 // convertMarbleRun decrypts and converts a MarbleRun state into Quarry's
 // sealed state and header (same data key).
-func convertMarbleRun(sd *marblerun.SealedData, dek []byte) (*sealedState, sealHeader, MigrationReport, error) {
+func convertMarbleRun(sd *marblerun.SealedData, dek []byte) (*sealedstate.State, sealedstate.Header, MigrationReport, error) {
 	var rep MigrationReport
 	if len(dek) != seal.KeySize {
-		return nil, sealHeader{}, rep, fmt.Errorf("%w: the data key has %d bytes (a MarbleRun state from before 1.9.0); Quarry keeps 32-byte data keys: with MarbleRun 1.9 or later, apply a full manifest update that changes RecoveryKeys (MarbleRun then makes a new 32-byte data key and new recovery secrets), then start Quarry again; nothing was changed", ErrMigration, len(dek))
+		return nil, sealedstate.Header{}, rep, fmt.Errorf("%w: the data key has %d bytes (a MarbleRun state from before 1.9.0); Quarry keeps 32-byte data keys: with MarbleRun 1.9 or later, apply a full manifest update that changes RecoveryKeys (MarbleRun then makes a new 32-byte data key and new recovery secrets), then start Quarry again; nothing was changed", ErrMigration, len(dek))
 	}
 	kv, err := sd.Open(dek)
 	if err != nil {
-		return nil, sealHeader{}, rep, fmt.Errorf("%w: %w", ErrMigration, err)
+		return nil, sealedstate.Header{}, rep, fmt.Errorf("%w: %w", ErrMigration, err)
 	}
 	mr, err := marblerun.Decode(kv)
 	if err != nil {
-		return nil, sealHeader{}, rep, fmt.Errorf("%w: %w", ErrMigration, err)
+		return nil, sealedstate.Header{}, rep, fmt.Errorf("%w: %w", ErrMigration, err)
 	}
 	return convertState(mr, sd, dek)
 }
 
-func convertState(mr *marblerun.State, sd *marblerun.SealedData, dek []byte) (*sealedState, sealHeader, MigrationReport, error) {
+func convertState(mr *marblerun.State, sd *marblerun.SealedData, dek []byte) (*sealedstate.State, sealedstate.Header, MigrationReport, error) {
 	var rep MigrationReport
 	warn := func(format string, args ...any) { rep.Warnings = append(rep.Warnings, fmt.Sprintf(format, args...)) }
 	if mr.StateCode != int(StateAcceptingMarbles) {
-		return nil, sealHeader{}, rep, fmt.Errorf("%w: the stored state is %d, not %d (a manifest set)", ErrMigration, mr.StateCode, StateAcceptingMarbles)
+		return nil, sealedstate.Header{}, rep, fmt.Errorf("%w: the stored state is %d, not %d (a manifest set)", ErrMigration, mr.StateCode, StateAcceptingMarbles)
 	}
 	m, err := manifest.ParseStored(mr.Manifest)
 	if err != nil {
-		return nil, sealHeader{}, rep, fmt.Errorf("%w: the stored manifest: %v", ErrMigration, err)
+		return nil, sealedstate.Header{}, rep, fmt.Errorf("%w: the stored manifest: %v", ErrMigration, err)
 	}
 	// Quarry's own rules are reported, never enforced: MarbleRun accepted
 	// this manifest, and the deployment runs with it.
@@ -365,9 +367,9 @@ func convertState(mr *marblerun.State, sd *marblerun.SealedData, dek []byte) (*s
 	if len(prev) == 0 {
 		prev = nil
 	}
-	var pending *pendingUpdate
+	var pending *sealedstate.PendingUpdate
 	if p := mr.Pending; p != nil {
-		pending = &pendingUpdate{ManifestRaw: p.ManifestRaw, RequiredUsers: slices.Sorted(maps.Keys(p.RequiredUsers))}
+		pending = &sealedstate.PendingUpdate{ManifestRaw: p.ManifestRaw, RequiredUsers: slices.Sorted(maps.Keys(p.RequiredUsers))}
 		for _, u := range pending.RequiredUsers {
 			if p.RequiredUsers[u] {
 				pending.Acknowledged = append(pending.Acknowledged, u)
@@ -382,9 +384,9 @@ func convertState(mr *marblerun.State, sd *marblerun.SealedData, dek []byte) (*s
 		rootSecret = mr.RootKey
 		warn("the state has no rootSecret; the root key's bytes are used as MarbleRun does")
 	}
-	st := &sealedState{
-		Format:             stateFormat,
-		State:              StateAcceptingMarbles,
+	st := &sealedstate.State{
+		Format:             sealedstate.Format,
+		State:              sealedstate.Running,
 		RootSecret:         rootSecret,
 		PreviousRootSecret: mr.PreviousRootSecret,
 		Manifest:           mr.Manifest,
@@ -409,7 +411,7 @@ func convertState(mr *marblerun.State, sd *marblerun.SealedData, dek []byte) (*s
 	}
 	hdr, mode, err := migratedHeader(m, sd, dek)
 	if err != nil {
-		return nil, sealHeader{}, rep, err
+		return nil, sealedstate.Header{}, rep, err
 	}
 	rep.RecoveryMode = mode
 	rep.RecoveryShares = len(sd.ShareHashes)
@@ -440,17 +442,17 @@ func convertSecrets(in map[string]marblerun.Secret, m *manifest.Manifest) map[st
 // by their hashes, not by which key holds which, so they are kept as
 // MarbleRun's share hashes and matched to a key by the signature of each
 // upload.
-func migratedHeader(m *manifest.Manifest, sd *marblerun.SealedData, dek []byte) (sealHeader, string, error) {
-	hdr := sealHeader{Format: stateFormat}
+func migratedHeader(m *manifest.Manifest, sd *marblerun.SealedData, dek []byte) (sealedstate.Header, string, error) {
+	hdr := sealedstate.Header{Format: sealedstate.Format}
 	keys := make(map[string]recovery.Recipient, len(m.RecoveryKeys))
 	for name, text := range m.RecoveryKeys {
 		k, err := recovery.ParsePublicKeyPEM(text)
 		if err != nil {
-			return sealHeader{}, "", fmt.Errorf("%w: recovery key %s: %v", ErrMigration, name, err)
+			return sealedstate.Header{}, "", fmt.Errorf("%w: recovery key %s: %v", ErrMigration, name, err)
 		}
 		der, err := x509.MarshalPKIXPublicKey(k)
 		if err != nil {
-			return sealHeader{}, "", err
+			return sealedstate.Header{}, "", err
 		}
 		keys[name] = recovery.Recipient{PublicKey: der}
 	}
@@ -461,7 +463,7 @@ func migratedHeader(m *manifest.Manifest, sd *marblerun.SealedData, dek []byte) 
 		return hdr, string(recovery.ModeNone), nil
 	case sd.ShareHashes == nil:
 		if n != 1 {
-			return sealHeader{}, "", fmt.Errorf("%w: the manifest has %d recovery keys but the state has single-key recovery data", ErrMigration, n)
+			return sealedstate.Header{}, "", fmt.Errorf("%w: the manifest has %d recovery keys but the state has single-key recovery data", ErrMigration, n)
 		}
 		sum := sha256.Sum256(dek)
 		for name, r := range keys {
@@ -472,7 +474,7 @@ func migratedHeader(m *manifest.Manifest, sd *marblerun.SealedData, dek []byte) 
 		return hdr, string(recovery.ModeSingle), nil
 	}
 	if len(sd.ShareHashes) != n {
-		return sealHeader{}, "", fmt.Errorf("%w: the manifest has %d recovery keys but the state's recovery data holds %d shares", ErrMigration, n, len(sd.ShareHashes))
+		return sealedstate.Header{}, "", fmt.Errorf("%w: the manifest has %d recovery keys but the state's recovery data holds %d shares", ErrMigration, n, len(sd.ShareHashes))
 	}
 	t := int(m.Config.RecoveryThreshold)
 	mode := recovery.ModeXOR

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quarry-cc/quarry/internal/marblerun"
 	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/sealedstate"
 	"github.com/quarry-cc/quarry/manifest"
 )
 
@@ -30,7 +31,7 @@ func (r *recoveryRound) startMarbleRun(sd *marblerun.SealedData, ttl time.Durati
 // so each upload's signature is checked on arrival (a bad share is refused
 // at once, not after the round is complete) and
 // matched to an unused key.
-func (r *recoveryRound) startMigrated(blob []byte, hdr sealHeader, ttl time.Duration, now func() time.Time) {
+func (r *recoveryRound) startMigrated(blob []byte, hdr sealedstate.Header, ttl time.Duration, now func() time.Time) {
 	keys := make(map[string]*rsa.PublicKey, len(hdr.Recovery.Keys))
 	for name, k := range hdr.Recovery.Keys {
 		pub, err := x509.ParsePKIXPublicKey(k.PublicKey)
