@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/marblerun"
+	"github.com/quarry-cc/quarry/internal/migrate"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/sealedstate"
 	"github.com/quarry-cc/quarry/manifest"
@@ -91,7 +92,7 @@ func (c *Core) recoverMarbleRun(ctx context.Context, key []byte, shares []marble
 	// MarbleRun's final check (the recovered state's recovery keys are the
 	// manifest's), here before
 	// anything is written.
-	if _, err := marblerun.CheckSignatures(shares, recoveryKeys(m), int(m.Config.RecoveryThreshold)); err != nil {
+	if _, err := marblerun.CheckSignatures(shares, migrate.RecoveryKeys(m), int(m.Config.RecoveryThreshold)); err != nil {
 		return classify(ErrInvalidRequest, fmt.Errorf("%w; upload the recovery secrets again", err))
 	}
 	snap, err := c.migrate(ctx, c.unreadable, sd, key, false, eventRecovered, StateRecovery)
