@@ -125,6 +125,18 @@ func TestPersistenceLeavesAreBelowCore(t *testing.T) {
 	}
 }
 
+// TestLogStoreIsBelowCore: the update log's segments (internal/logstore)
+// are reached through the store interface only: no backend, no core, app,
+// server or configuration, no transport, no logging.
+func TestLogStoreIsBelowCore(t *testing.T) {
+	forbid(t, "internal/logstore", module+"/internal/core", module+"/internal/app", module+"/internal/server", module+"/internal/config",
+		module+"/internal/vault", module+"/internal/store/filestore", module+"/internal/store/memstore", module+"/internal/store/etcdstore",
+		"net/http", "google.golang.org/grpc", "log/slog")
+	if !slices.Contains(deps(t, "internal/core"), module+"/internal/logstore") {
+		t.Error("internal/core does not use internal/logstore")
+	}
+}
+
 func TestServersDoNotNameBackends(t *testing.T) {
 	for _, pkg := range []string{"internal/server/rest", "internal/server/marbleapi"} {
 		forbid(t, pkg, module+"/internal/app", module+"/internal/store/filestore",

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quarry-cc/quarry/internal/logstore"
 	"github.com/quarry-cc/quarry/internal/sealedstate"
 	"github.com/quarry-cc/quarry/internal/vault"
 
@@ -85,7 +86,7 @@ type Options struct {
 	// key file opens here (an attested peer; internal/peer).
 	KeySource KeySource
 	// LogSegments returns the store of update log segment n (beside Data;
-	// logstore.go). Nil keeps the whole log in the sealed state.
+	// internal/logstore). Nil keeps the whole log in the sealed state.
 	LogSegments func(n uint64) (store.Store, error)
 	// RestoreMarker holds the marker `coordinator restore` leaves in the
 	// seal directory (restored.go); nil where there is none (etcd).
@@ -158,7 +159,7 @@ type Core struct {
 	// Sync needs) instead of giving up after the store timeout.
 	reloading atomic.Bool
 	// logs reads and writes the update log's segments.
-	logs logStore
+	logs *logstore.Store
 }
 
 // snapshot is one consistent view of the Coordinator. It is never modified
@@ -206,7 +207,7 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	}
 	c := &Core{opts: opts, log: opts.Logger}
 	c.events.limit = opts.ActivationEvents
-	c.logs.segments = opts.LogSegments
+	c.logs = logstore.New(opts.LogSegments, opts.Now)
 	c.vault = vault.New(vault.Options{Data: opts.Data, Key: opts.Key, Sealer: opts.KeySealer, Log: opts.Logger,
 		StoreTimeout: opts.StoreTimeout, Now: opts.Now, Instance: opts.InstanceID, Source: opts.KeySource})
 	snap, err := c.load(ctx)
@@ -352,7 +353,7 @@ func (c *Core) enterRecoveryWith(blob []byte, what string, cause, refused error)
 }
 
 // restore builds a snapshot from a decrypted state; now dates the
-// checkpoint of a log converted from the old form (ensureLog).
+// checkpoint of a log converted from the old form (logstore.Ensure).
 func restore(st *sealedstate.State, now time.Time) (*snapshot, error) {
 	authority, err := ca.Restore(st.CA)
 	if err != nil {
@@ -365,7 +366,7 @@ func restore(st *sealedstate.State, now time.Time) (*snapshot, error) {
 	if st.State != sealedstate.Running {
 		return nil, fmt.Errorf("stored state %d is not %d", st.State, sealedstate.Running)
 	}
-	if err := ensureLog(st, now); err != nil {
+	if err := logstore.Ensure(st, now); err != nil {
 		return nil, fmt.Errorf("update log: %w", err)
 	}
 	users, err := user.FromManifest(m)
@@ -417,7 +418,7 @@ func (c *Core) commit(ctx context.Context, st *sealedstate.State, header sealeds
 			c.opts.OnCommit(CommitResult{Duration: c.opts.Now().Sub(start), SealedBytes: size, Err: err})
 		}
 	}()
-	if err := c.prepareLog(ctx, st, true); err != nil {
+	if err := c.logs.Prepare(ctx, st, true); err != nil {
 		return err
 	}
 	cp := st.Log.Checkpoint
@@ -582,7 +583,7 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 	var storeErr error
 	if m.Config.SealMode == manifest.SealModeDisabled {
 		c.log.Warn("manifest sets SealMode Disabled: nothing is persisted; a restart starts over in state 2")
-		if err := c.prepareLog(ctx, st, false); err != nil {
+		if err := c.logs.Prepare(ctx, st, false); err != nil {
 			return nil, err
 		}
 		c.dek, c.header = dek, header
@@ -614,7 +615,7 @@ func (c *Core) persist(ctx context.Context, s *snapshot, st *sealedstate.State) 
 		if err = c.commit(ctx, st, c.header, c.dek, s.manifest.Config.SealMode); !vault.Stored(err) {
 			return err
 		}
-	} else if err = c.prepareLog(ctx, st, false); err != nil {
+	} else if err = c.logs.Prepare(ctx, st, false); err != nil {
 		return err
 	}
 	next := *s

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/quarry-cc/quarry/api/logchain"
+	"github.com/quarry-cc/quarry/internal/logstore"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/sealedstate"
 	"github.com/quarry-cc/quarry/internal/secrets"
@@ -220,7 +221,7 @@ func spliceSegment(t *testing.T, c *Core, n uint64, fork int) {
 	t.Helper()
 	ctx := context.Background()
 	st := c.snap.Load().persisted
-	all, err := c.fullLog(ctx, st)
+	all, err := c.logs.Full(ctx, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func spliceSegment(t *testing.T, c *Core, n uint64, fork int) {
 		prev = recs[n*size-1].Hash
 	}
 	l := *st.Log
-	if err := c.writeSegment(ctx, &l, n, prev, all[n*size:(n+1)*size]); err != nil {
+	if err := c.logs.WriteSegment(ctx, &l, n, prev, all[n*size:(n+1)*size]); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -311,7 +312,7 @@ func TestLogSegmentZeroMustStartTheLog(t *testing.T) {
 	growLog(t, c, 2*size+5)
 	ctx := context.Background()
 	st := c.snap.Load().persisted
-	all, err := c.fullLog(ctx, st)
+	all, err := c.logs.Full(ctx, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,10 +321,10 @@ func TestLogSegmentZeroMustStartTheLog(t *testing.T) {
 	start := logchain.Head{}.Append("an entry before the first").Hash
 	seg0 := logchain.Chain(logchain.Head{Hash: start}, all[:size])
 	l := *st.Log
-	if err := c.writeSegment(ctx, &l, 0, start, all[:size]); err != nil {
+	if err := c.logs.WriteSegment(ctx, &l, 0, start, all[:size]); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.writeSegment(ctx, &l, 1, seg0[size-1].Hash, all[size:2*size]); err != nil {
+	if err := c.logs.WriteSegment(ctx, &l, 1, seg0[size-1].Hash, all[size:2*size]); err != nil {
 		t.Fatal(err)
 	}
 	c2, err := New(ctx, logOptions(data, key, segs))
@@ -506,7 +507,7 @@ func growLog(tb testing.TB, c *Core, n int) {
 		if i > 0 {
 			prev = recs[i*size-1].Hash
 		}
-		if err := c.writeSegment(ctx, &l, i, prev, all[i*size:(i+1)*size]); err != nil {
+		if err := c.logs.WriteSegment(ctx, &l, i, prev, all[i*size:(i+1)*size]); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -515,7 +516,7 @@ func growLog(tb testing.TB, c *Core, n int) {
 	}
 	l.Segments, l.Count, l.Head = k, uint64(len(all)), recs[len(recs)-1].Hash
 	st.UpdateLog = slices.Clone(all[k*size:])
-	key, err := c.logs.signer(st.CA.RootKey)
+	key, err := x509.ParseECPrivateKey(st.CA.RootKey)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -569,9 +570,7 @@ func BenchmarkLogLastPage(b *testing.B) {
 		b.Run(fmt.Sprintf("cold=%v", cold), func(b *testing.B) {
 			for b.Loop() {
 				if cold {
-					c.logs.mu.Lock()
-					c.logs.cache = map[uint64][]logchain.Record{}
-					c.logs.mu.Unlock()
+					c.logs = logstore.New(c.opts.LogSegments, c.opts.Now)
 				}
 				p, err := c.UpdateLogPage(context.Background(), after, 100)
 				if err != nil || len(p.Records) != 100 {
