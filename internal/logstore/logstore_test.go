@@ -8,31 +8,15 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quarry-cc/quarry/api/logchain"
+	"github.com/quarry-cc/quarry/internal/logstore/logstoretest"
 	"github.com/quarry-cc/quarry/internal/sealedstate"
-	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/store/memstore"
 	"github.com/quarry-cc/quarry/internal/updatelog"
 )
-
-// segStores keeps each segment in a memory store of its own.
-type segStores struct {
-	mu sync.Mutex
-	m  map[uint64]*memstore.Store
-}
-
-func (s *segStores) get(n uint64) (store.Store, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m[n] == nil {
-		s.m[n] = memstore.New()
-	}
-	return s.m[n], nil
-}
 
 func newState(t *testing.T, entries int) *sealedstate.State {
 	t.Helper()
@@ -59,8 +43,8 @@ func newState(t *testing.T, entries int) *sealedstate.State {
 func TestPrepareSegmentsAndClock(t *testing.T) {
 	const size = updatelog.SegmentSize
 	now := time.Date(2031, 2, 3, 4, 5, 6, 0, time.UTC)
-	segs := &segStores{m: map[uint64]*memstore.Store{}}
-	ls := New(segs.get, func() time.Time { return now })
+	segs := logstoretest.New()
+	ls := New(segs.Get, func() time.Time { return now })
 	st := newState(t, 2*size+3)
 	all := append([]string(nil), st.UpdateLog...)
 	ctx := context.Background()
@@ -69,8 +53,8 @@ func TestPrepareSegmentsAndClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A new log: its entries were not stored yet, so no segment is written.
-	if st.Log == nil || st.Log.Segments != 0 || len(st.UpdateLog) != len(all) || len(segs.m) != 0 {
-		t.Fatalf("fresh log: %+v, %d in the tail, %d segments stored", st.Log, len(st.UpdateLog), len(segs.m))
+	if st.Log == nil || st.Log.Segments != 0 || len(st.UpdateLog) != len(all) || segs.Stored() != 0 {
+		t.Fatalf("fresh log: %+v, %d in the tail, %d segments stored", st.Log, len(st.UpdateLog), segs.Stored())
 	}
 	if got, want := st.Log.Checkpoint.Time, now.Format(logchain.TimeFormat); got != want {
 		t.Errorf("checkpoint time %s, want the injected clock's %s", got, want)
@@ -82,8 +66,8 @@ func TestPrepareSegmentsAndClock(t *testing.T) {
 	if err := ls.Prepare(ctx, st, true); err != nil {
 		t.Fatal(err)
 	}
-	if st.Log.Segments != 2 || len(st.UpdateLog) != 3 || len(segs.m) != 2 || st.Log.Count != uint64(len(all)) {
-		t.Fatalf("after flush: %d segments (%d stored), %d in the tail, count %d", st.Log.Segments, len(segs.m), len(st.UpdateLog), st.Log.Count)
+	if st.Log.Segments != 2 || len(st.UpdateLog) != 3 || segs.Stored() != 2 || st.Log.Count != uint64(len(all)) {
+		t.Fatalf("after flush: %d segments (%d stored), %d in the tail, count %d", st.Log.Segments, segs.Stored(), len(st.UpdateLog), st.Log.Count)
 	}
 	full, err := ls.Full(ctx, st)
 	if err != nil {
@@ -94,10 +78,8 @@ func TestPrepareSegmentsAndClock(t *testing.T) {
 	}
 
 	// A cold reader (no cache) finds segment 1 missing.
-	if _, err := segs.m[1].MoveAside(ctx, "gone"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := New(segs.get, time.Now).Records(ctx, st, 0, st.Log.Count); !errors.Is(err, ErrDamaged) {
+	segs.Set(1, memstore.New())
+	if _, err := New(segs.Get, time.Now).Records(ctx, st, 0, st.Log.Count); !errors.Is(err, ErrDamaged) {
 		t.Errorf("missing segment: %v, want ErrDamaged", err)
 	}
 }
