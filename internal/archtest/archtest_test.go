@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -101,6 +102,38 @@ func TestVaultIsBelowCore(t *testing.T) {
 	}
 	if !uses {
 		t.Error("internal/core does not commit through internal/vault")
+	}
+}
+
+// TestPersistenceLeavesAreBelowCore: the sealed state's types
+// (internal/sealedstate) and MarbleRun migration (internal/migrate) are
+// leaves the core imports: they import no core, app, server or
+// configuration, no store and no transport, and do not log (migration is
+// a pure converter; the core decides when to migrate and writes the
+// result).
+func TestPersistenceLeavesAreBelowCore(t *testing.T) {
+	leaves := []string{"internal/sealedstate", "internal/migrate"}
+	for _, pkg := range leaves {
+		forbid(t, pkg, module+"/internal/core", module+"/internal/app", module+"/internal/server", module+"/internal/config",
+			module+"/internal/vault", module+"/internal/store", "net/http", "google.golang.org/grpc", "log/slog")
+	}
+	core := deps(t, "internal/core")
+	for _, pkg := range leaves {
+		if !slices.Contains(core, module+"/"+pkg) {
+			t.Errorf("internal/core does not use %s", pkg)
+		}
+	}
+}
+
+// TestLogStoreIsBelowCore: the update log's segments (internal/logstore)
+// are reached through the store interface only: no backend, no core, app,
+// server or configuration, no transport, no logging.
+func TestLogStoreIsBelowCore(t *testing.T) {
+	forbid(t, "internal/logstore", module+"/internal/core", module+"/internal/app", module+"/internal/server", module+"/internal/config",
+		module+"/internal/vault", module+"/internal/store/filestore", module+"/internal/store/memstore", module+"/internal/store/etcdstore",
+		"net/http", "google.golang.org/grpc", "log/slog")
+	if !slices.Contains(deps(t, "internal/core"), module+"/internal/logstore") {
+		t.Error("internal/core does not use internal/logstore")
 	}
 }
 

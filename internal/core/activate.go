@@ -10,10 +10,12 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"github.com/quarry-cc/quarry/internal/vault"
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/quarry-cc/quarry/internal/sealedstate"
+	"github.com/quarry-cc/quarry/internal/vault"
 
 	"github.com/google/uuid"
 
@@ -302,7 +304,7 @@ func (c *Core) verifyMarbleQuote(ctx context.Context, quote []byte, leafCert *x5
 	return nil
 }
 
-func checkActivations(st *sealedState, marbleType string, max uint) error {
+func checkActivations(st *sealedstate.State, marbleType string, max uint) error {
 	if max > 0 && st.Activations[marbleType] >= uint64(max) {
 		return refuse(RefusedMaxActivations, ErrForbidden, nil, "marble verification failed: reached max activations count (%d) for marble type %q", max, marbleType)
 	}

@@ -11,19 +11,20 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/quarry-cc/quarry/internal/vault"
 	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/quarry-cc/quarry/internal/logstore"
+	"github.com/quarry-cc/quarry/internal/sealedstate"
+	"github.com/quarry-cc/quarry/internal/vault"
+
 	"github.com/quarry-cc/quarry/internal/attest"
 	"github.com/quarry-cc/quarry/internal/ca"
-	"github.com/quarry-cc/quarry/internal/recovery"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/store"
@@ -85,7 +86,7 @@ type Options struct {
 	// key file opens here (an attested peer; internal/peer).
 	KeySource KeySource
 	// LogSegments returns the store of update log segment n (beside Data;
-	// logstore.go). Nil keeps the whole log in the sealed state.
+	// internal/logstore). Nil keeps the whole log in the sealed state.
 	LogSegments func(n uint64) (store.Store, error)
 	// RestoreMarker holds the marker `coordinator restore` leaves in the
 	// seal directory (restored.go); nil where there is none (etcd).
@@ -130,7 +131,7 @@ type Core struct {
 	// finds the same blob keeps the round (enterRecovery).
 	recovering []byte
 	// header is the current sealed state's public header.
-	header sealHeader
+	header sealedstate.Header
 	// rec is the recovery round (recovery mode only); its ephemeral key
 	// has its own lock, its progress is atomic.
 	rec recoveryRound
@@ -158,7 +159,7 @@ type Core struct {
 	// Sync needs) instead of giving up after the store timeout.
 	reloading atomic.Bool
 	// logs reads and writes the update log's segments.
-	logs logStore
+	logs *logstore.Store
 }
 
 // snapshot is one consistent view of the Coordinator. It is never modified
@@ -167,75 +168,16 @@ type snapshot struct {
 	state       State
 	ca          *ca.Authority
 	quote       []byte // cached quote over the root; nil in simulation
-	persisted   *sealedState
+	persisted   *sealedstate.State
 	manifest    *manifest.Manifest
 	users       *user.Users
 	fingerprint string
 }
 
-// sealedState is what the sealed blob holds (JSON inside the encryption).
-type sealedState struct {
-	// Format is the schema version of this structure.
-	Format            int
-	State             State
-	CA                ca.Persisted
-	RootSecret        []byte
-	Manifest          []byte
-	ManifestSignature []byte
-	// Packages are the effective packages (the manifest's, changed by
-	// package updates).
-	Packages map[string]manifest.Package
-	// Secrets are the generated and uploaded secret values by name.
-	Secrets map[string]secrets.Secret
-	// PreviousSecrets are the values from before the last full update
-	// (templates' .Previous.Secrets).
-	PreviousSecrets map[string]secrets.Secret `json:",omitempty"`
-	// PreviousRootSecret is the root secret before the last rotation.
-	PreviousRootSecret []byte `json:",omitempty"`
-	// UpdateLog is the tail of the append-only log of applied changes
-	// (one JSON entry per string): the entries after the last full
-	// segment stored beside the state (logstore.go). In a state from
-	// before the verifiable log (no Log) it is the whole log.
-	UpdateLog []string `json:",omitempty"`
-	// Log is the update log's head (logstore.go).
-	Log *logState `json:",omitempty"`
-	// Pending is the full manifest update waiting for acknowledgements.
-	Pending *pendingUpdate `json:",omitempty"`
-	// Activations counts the activations of each Marble type with
-	// MaxActivations (never reset, not even by updates).
-	Activations map[string]uint64 `json:",omitempty"`
-	// MonotonicCounters are the Marbles' counters by counterKey.
-	MonotonicCounters map[string]uint64 `json:",omitempty"`
-	// RecoverySecrets are the encrypted recovery secrets last handed out
-	// (at manifest set, or by the update that changed the recovery keys),
-	// kept so that a lost response can be fetched again. They are
-	// encrypted to the recovery keys' holders.
-	RecoverySecrets map[string][]byte `json:",omitempty"`
-}
-
-const stateFormat = 1
-
 // DefaultMaxStateBytes is Options.MaxStateBytes's default: room for a
 // manifest of the largest default size (8 MiB, base64 in the state), the
 // default most secrets twice (current and previous) and many counters.
 const DefaultMaxStateBytes = 64 << 20
-
-// sealHeader is the public, authenticated part of the sealed blob: what
-// recovery needs before the state can be decrypted.
-type sealHeader struct {
-	Format   int             `json:"format"`
-	Recovery recovery.Public `json:"recovery"`
-	// MarbleRunShares are the share hashes of a state migrated from
-	// MarbleRun with XOR or Shamir recovery (migrate.go): MarbleRun does
-	// not record which recovery key holds which share, so Recovery.Keys
-	// carry no share hashes and each upload is matched to its key by its
-	// signature.
-	MarbleRunShares []string `json:"marbleRunShares,omitempty"`
-	// The update log's latest checkpoint (set by commit), which
-	// `coordinator restore` reads without the data key
-	// (docs/update-log.md, "Restores").
-	updatelog.HeaderCheckpoint
-}
 
 // New creates the Coordinator and loads its state: no sealed state → state 2;
 // a sealed state that opens → state 3; one that exists but cannot be opened →
@@ -265,7 +207,7 @@ func New(ctx context.Context, opts Options) (*Core, error) {
 	}
 	c := &Core{opts: opts, log: opts.Logger}
 	c.events.limit = opts.ActivationEvents
-	c.logs.segments = opts.LogSegments
+	c.logs = logstore.New(opts.LogSegments, opts.Now)
 	c.vault = vault.New(vault.Options{Data: opts.Data, Key: opts.Key, Sealer: opts.KeySealer, Log: opts.Logger,
 		StoreTimeout: opts.StoreTimeout, Now: opts.Now, Instance: opts.InstanceID, Source: opts.KeySource})
 	snap, err := c.load(ctx)
@@ -316,7 +258,7 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 		}
 		return c.loadMarbleRun(ctx, blob, sd)
 	}
-	hdr, err := decodeHeader(blob)
+	hdr, err := sealedstate.ReadHeader(blob)
 	if err != nil {
 		return c.enterRecovery(blob, "the sealed state is corrupt", err)
 	}
@@ -333,7 +275,7 @@ func (c *Core) load(ctx context.Context) (*snapshot, error) {
 	case err != nil:
 		return c.enterRecovery(blob, "the sealed state does not decrypt with the data key", err)
 	}
-	st, err := decodeState(plaintext)
+	st, err := sealedstate.Decode(plaintext)
 	if err != nil {
 		return c.enterRecovery(blob, "the decrypted state is invalid", err)
 	}
@@ -410,20 +352,9 @@ func (c *Core) enterRecoveryWith(blob []byte, what string, cause, refused error)
 	return c.fresh(eventStartUnreadable)
 }
 
-func decodeState(plaintext []byte) (*sealedState, error) {
-	var st sealedState
-	if err := seal.DecodeJSON(plaintext, &st); err != nil {
-		return nil, err
-	}
-	if st.Format != stateFormat {
-		return nil, fmt.Errorf("unsupported state format %d (this Coordinator reads format %d)", st.Format, stateFormat)
-	}
-	return &st, nil
-}
-
 // restore builds a snapshot from a decrypted state; now dates the
-// checkpoint of a log converted from the old form (ensureLog).
-func restore(st *sealedState, now time.Time) (*snapshot, error) {
+// checkpoint of a log converted from the old form (logstore.Ensure).
+func restore(st *sealedstate.State, now time.Time) (*snapshot, error) {
 	authority, err := ca.Restore(st.CA)
 	if err != nil {
 		return nil, err
@@ -432,10 +363,10 @@ func restore(st *sealedState, now time.Time) (*snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stored manifest: %w", err)
 	}
-	if st.State != StateAcceptingMarbles {
-		return nil, fmt.Errorf("stored state %d is not %d", st.State, StateAcceptingMarbles)
+	if st.State != sealedstate.Running {
+		return nil, fmt.Errorf("stored state %d is not %d", st.State, sealedstate.Running)
 	}
-	if err := ensureLog(st, now); err != nil {
+	if err := logstore.Ensure(st, now); err != nil {
 		return nil, fmt.Errorf("update log: %w", err)
 	}
 	users, err := user.FromManifest(m)
@@ -443,7 +374,7 @@ func restore(st *sealedState, now time.Time) (*snapshot, error) {
 		return nil, fmt.Errorf("stored manifest users: %w", err)
 	}
 	return &snapshot{
-		state:       st.State,
+		state:       State(st.State),
 		ca:          authority,
 		persisted:   st,
 		manifest:    m,
@@ -476,7 +407,7 @@ func (c *Core) issueQuote(ctx context.Context, a *ca.Authority, nonce []byte) ([
 // error for which stored is true, the new state is the stored one and dek
 // and header are the current ones: the caller must publish the new state
 // then (and report the error, if any). Callers hold mu.
-func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, dek []byte, mode string) (err error) {
+func (c *Core) commit(ctx context.Context, st *sealedstate.State, header sealedstate.Header, dek []byte, mode string) (err error) {
 	start := c.opts.Now()
 	size := 0
 	defer func() {
@@ -487,14 +418,14 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 			c.opts.OnCommit(CommitResult{Duration: c.opts.Now().Sub(start), SealedBytes: size, Err: err})
 		}
 	}()
-	if err := c.prepareLog(ctx, st, true); err != nil {
+	if err := c.logs.Prepare(ctx, st, true); err != nil {
 		return err
 	}
 	cp := st.Log.Checkpoint
 	header.UpdateLog = &cp
-	plaintext, err := json.Marshal(st)
+	plaintext, err := sealedstate.Encode(st)
 	if err != nil {
-		return fmt.Errorf("encoding state: %w", err)
+		return err
 	}
 	if limit := c.opts.MaxStateBytes; len(plaintext) > limit {
 		return classify(ErrTooLarge, fmt.Errorf("the change would make the state %d bytes, more than its limit of %d bytes (--max-state-size, QUARRY_MAX_STATE_SIZE); nothing was changed", len(plaintext), limit))
@@ -503,9 +434,9 @@ func (c *Core) commit(ctx context.Context, st *sealedState, header sealHeader, d
 	if err != nil {
 		return err
 	}
-	hdr, err := json.Marshal(header)
+	hdr, err := sealedstate.EncodeHeader(header)
 	if err != nil {
-		return fmt.Errorf("encoding header: %w", err)
+		return err
 	}
 	blob, err := seal.Seal(rand.Reader, dek, hdr, plaintext)
 	if err != nil {
@@ -615,7 +546,7 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 	if err != nil {
 		return nil, err
 	}
-	header := sealHeader{Format: stateFormat, Recovery: pub}
+	header := sealedstate.Header{Format: sealedstate.Format, Recovery: pub}
 	users, err := user.FromManifest(m)
 	if err != nil {
 		return nil, classify(ErrInvalidRequest, err)
@@ -628,9 +559,9 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 		}
 		return nil, fmt.Errorf("generating secrets from manifest: %w", err)
 	}
-	st := &sealedState{
-		Format:            stateFormat,
-		State:             to,
+	st := &sealedstate.State{
+		Format:            sealedstate.Format,
+		State:             int(to),
 		CA:                persistedCA,
 		RootSecret:        rootSecret,
 		Manifest:          raw,
@@ -652,7 +583,7 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 	var storeErr error
 	if m.Config.SealMode == manifest.SealModeDisabled {
 		c.log.Warn("manifest sets SealMode Disabled: nothing is persisted; a restart starts over in state 2")
-		if err := c.prepareLog(ctx, st, false); err != nil {
+		if err := c.logs.Prepare(ctx, st, false); err != nil {
 			return nil, err
 		}
 		c.dek, c.header = dek, header
@@ -678,13 +609,13 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 
 // persist seals and stores st (under the current data key) unless the seal
 // mode is Disabled, then publishes a snapshot with it. Callers hold mu.
-func (c *Core) persist(ctx context.Context, s *snapshot, st *sealedState) error {
+func (c *Core) persist(ctx context.Context, s *snapshot, st *sealedstate.State) error {
 	var err error
 	if s.manifest.Config.SealMode != manifest.SealModeDisabled {
 		if err = c.commit(ctx, st, c.header, c.dek, s.manifest.Config.SealMode); !vault.Stored(err) {
 			return err
 		}
-	} else if err = c.prepareLog(ctx, st, false); err != nil {
+	} else if err = c.logs.Prepare(ctx, st, false); err != nil {
 		return err
 	}
 	next := *s

@@ -6,9 +6,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"github.com/quarry-cc/quarry/internal/vault"
 	"maps"
 	"strings"
+
+	"github.com/quarry-cc/quarry/internal/vault"
 
 	"github.com/google/uuid"
 
@@ -165,7 +166,7 @@ func (c *Core) trySetMonotonicCounter(ctx context.Context, peer []*x509.Certific
 		st.MonotonicCounters = map[string]uint64{}
 	}
 	st.MonotonicCounters[key] = value
-	st.Log = st.Log.counted() // recorded as a count (logstore.go)
+	st.Log = st.Log.Counted() // recorded as a count (internal/logstore)
 	if err := c.persist(ctx, s, &st); !vault.Stored(err) {
 		return 0, err
 	} else if err != nil {

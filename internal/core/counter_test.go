@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quarry-cc/quarry/internal/sealedstate"
 	"github.com/quarry-cc/quarry/internal/secrets"
 )
 
@@ -127,7 +128,7 @@ func TestDefaultCounterLimitsBoundTheState(t *testing.T) {
 	if l.MaxPerMarble <= 0 || l.MaxNameBytes <= 0 || l.MaxTotal <= 0 || l.MaxPerMarble > l.MaxTotal {
 		t.Fatalf("default limits %+v", l)
 	}
-	st := sealedState{MonotonicCounters: map[string]uint64{}}
+	st := sealedstate.State{MonotonicCounters: map[string]uint64{}}
 	empty, err := json.Marshal(&st)
 	if err != nil {
 		t.Fatal(err)

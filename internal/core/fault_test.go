@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/sealedstate"
 	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/store/filestore"
@@ -245,7 +246,7 @@ func describe(c *Core) string {
 // describe would name a Coordinator running it.
 func describePlain(t *testing.T, plaintext []byte) string {
 	t.Helper()
-	st, err := decodeState(plaintext)
+	st, err := sealedstate.Decode(plaintext)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,47 +9,20 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quarry-cc/quarry/api/logchain"
+	"github.com/quarry-cc/quarry/internal/logstore"
+	"github.com/quarry-cc/quarry/internal/logstore/logstoretest"
 	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/sealedstate"
 	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/store/memstore"
 	"github.com/quarry-cc/quarry/internal/updatelog"
 )
-
-// segStores keeps update log segments in memory, one store each.
-type segStores struct {
-	mu sync.Mutex
-	m  map[uint64]*memstore.Store
-}
-
-func newSegStores() *segStores { return &segStores{m: map[uint64]*memstore.Store{}} }
-
-func (s *segStores) get(n uint64) (store.Store, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m[n] == nil {
-		s.m[n] = memstore.New()
-	}
-	return s.m[n], nil
-}
-
-func (s *segStores) stored() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, st := range s.m {
-		if _, _, err := st.Load(context.Background()); err == nil {
-			n++
-		}
-	}
-	return n
-}
 
 // failingStore fails Save while fail is set.
 type failingStore struct {
@@ -66,10 +39,10 @@ func (f *failingStore) Save(ctx context.Context, blob []byte, prev store.Revisio
 	return f.Store.Save(ctx, blob, prev)
 }
 
-func logOptions(data, key store.Store, segs *segStores) Options {
+func logOptions(data, key store.Store, segs *logstoretest.Segments) Options {
 	o := Options{Data: data, Key: key, KeySealer: seal.SimulationKeySealer{}}
 	if segs != nil {
-		o.LogSegments = segs.get
+		o.LogSegments = segs.Get
 	}
 	return o
 }
@@ -128,7 +101,7 @@ func upload(t testing.TB, c *Core, peer []*x509.Certificate, n int) {
 }
 
 func TestLogSegmentsAppendReadRestart(t *testing.T) {
-	data, key, segs := memstore.New(), memstore.New(), newSegStores()
+	data, key, segs := memstore.New(), memstore.New(), logstoretest.New()
 	c, peer := stateWithSecretsOpts(t, 1, logOptions(data, key, segs))
 	upload(t, c, peer, 200)
 	recs := verifyLog(t, c)
@@ -136,8 +109,8 @@ func TestLogSegmentsAppendReadRestart(t *testing.T) {
 		t.Fatalf("%d entries, want 201", len(recs))
 	}
 	st := c.snap.Load().persisted
-	if segs.stored() < 2 || st.Log.Segments != uint64(segs.stored()) || len(st.UpdateLog) >= 2*updatelog.SegmentSize {
-		t.Fatalf("%d segments stored, state references %d, tail %d", segs.stored(), st.Log.Segments, len(st.UpdateLog))
+	if segs.Stored() < 2 || st.Log.Segments != uint64(segs.Stored()) || len(st.UpdateLog) >= 2*updatelog.SegmentSize {
+		t.Fatalf("%d segments stored, state references %d, tail %d", segs.Stored(), st.Log.Segments, len(st.UpdateLog))
 	}
 	// A restart reads the segments back: the same entries and hashes.
 	c2, err := New(context.Background(), logOptions(data, key, segs))
@@ -153,7 +126,7 @@ func TestLogSegmentsAppendReadRestart(t *testing.T) {
 // failed state write) is ignored, and written again at the next append.
 func TestLogSegmentWithoutState(t *testing.T) {
 	data := &failingStore{Store: memstore.New()}
-	key, segs := memstore.New(), newSegStores()
+	key, segs := memstore.New(), logstoretest.New()
 	c, peer := stateWithSecretsOpts(t, 1, logOptions(data, key, segs))
 	upload(t, c, peer, updatelog.SegmentSize) // 65 stored entries: the next change writes segment 0
 	before := verifyLog(t, c)
@@ -161,8 +134,8 @@ func TestLogSegmentWithoutState(t *testing.T) {
 	if err := c.SetSecrets(context.Background(), peer, map[string]secrets.Upload{"upload": {Key: make([]byte, 32)}}); !errors.Is(err, errInjected) {
 		t.Fatalf("state write failed: %v", err)
 	}
-	if segs.stored() != 1 {
-		t.Fatalf("%d segments written, want 1", segs.stored())
+	if segs.Stored() != 1 {
+		t.Fatalf("%d segments written, want 1", segs.Stored())
 	}
 	data.fail.Store(false)
 	c2, err := New(context.Background(), logOptions(data, key, segs))
@@ -179,12 +152,10 @@ func TestLogSegmentWithoutState(t *testing.T) {
 }
 
 func TestLogMissingSegmentIsNamed(t *testing.T) {
-	data, key, segs := memstore.New(), memstore.New(), newSegStores()
+	data, key, segs := memstore.New(), memstore.New(), logstoretest.New()
 	c, peer := stateWithSecretsOpts(t, 1, logOptions(data, key, segs))
 	upload(t, c, peer, 2*updatelog.SegmentSize)
-	segs.mu.Lock()
-	segs.m[0] = memstore.New()
-	segs.mu.Unlock()
+	segs.Set(0, memstore.New())
 	c2, err := New(context.Background(), logOptions(data, key, segs))
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +190,7 @@ func spliceSegment(t *testing.T, c *Core, n uint64, fork int) {
 	t.Helper()
 	ctx := context.Background()
 	st := c.snap.Load().persisted
-	all, err := c.fullLog(ctx, st)
+	all, err := c.logs.Full(ctx, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +203,7 @@ func spliceSegment(t *testing.T, c *Core, n uint64, fork int) {
 		prev = recs[n*size-1].Hash
 	}
 	l := *st.Log
-	if err := c.writeSegment(ctx, &l, n, prev, all[n*size:(n+1)*size]); err != nil {
+	if err := c.logs.WriteSegment(ctx, &l, n, prev, all[n*size:(n+1)*size]); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -261,7 +232,7 @@ func TestLogSegmentsMustChain(t *testing.T) {
 		{"fork inside segment 0", 0, 3, []uint64{0, 5, size + 3}, []uint64{2*size + 5, 4*size + 2}, "segment 1 does not continue segment 0", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			data, key, segs := memstore.New(), memstore.New(), newSegStores()
+			data, key, segs := memstore.New(), memstore.New(), logstoretest.New()
 			c, _ := stateWithSecretsOpts(t, 1, logOptions(data, key, segs))
 			growLog(t, c, 4*size+20)
 			if got := c.snap.Load().persisted.Log.Segments; got != 4 {
@@ -305,12 +276,12 @@ func TestLogSegmentsMustChain(t *testing.T) {
 // but the empty log is refused, even when segment 1 continues it.
 func TestLogSegmentZeroMustStartTheLog(t *testing.T) {
 	const size = updatelog.SegmentSize
-	data, key, segs := memstore.New(), memstore.New(), newSegStores()
+	data, key, segs := memstore.New(), memstore.New(), logstoretest.New()
 	c, _ := stateWithSecretsOpts(t, 1, logOptions(data, key, segs))
 	growLog(t, c, 2*size+5)
 	ctx := context.Background()
 	st := c.snap.Load().persisted
-	all, err := c.fullLog(ctx, st)
+	all, err := c.logs.Full(ctx, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,10 +290,10 @@ func TestLogSegmentZeroMustStartTheLog(t *testing.T) {
 	start := logchain.Head{}.Append("an entry before the first").Hash
 	seg0 := logchain.Chain(logchain.Head{Hash: start}, all[:size])
 	l := *st.Log
-	if err := c.writeSegment(ctx, &l, 0, start, all[:size]); err != nil {
+	if err := c.logs.WriteSegment(ctx, &l, 0, start, all[:size]); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.writeSegment(ctx, &l, 1, seg0[size-1].Hash, all[size:2*size]); err != nil {
+	if err := c.logs.WriteSegment(ctx, &l, 1, seg0[size-1].Hash, all[size:2*size]); err != nil {
 		t.Fatal(err)
 	}
 	c2, err := New(ctx, logOptions(data, key, segs))
@@ -339,12 +310,12 @@ func TestLogSegmentZeroMustStartTheLog(t *testing.T) {
 // segment's number, or removed, is refused by name.
 func TestLogSegmentsReorderedOrDropped(t *testing.T) {
 	const size = updatelog.SegmentSize
-	data, key, segs := memstore.New(), memstore.New(), newSegStores()
+	data, key, segs := memstore.New(), memstore.New(), logstoretest.New()
 	c, _ := stateWithSecretsOpts(t, 1, logOptions(data, key, segs))
 	growLog(t, c, 3*size+5)
 	ctx := context.Background()
 	blob := func(n uint64) []byte {
-		s, _ := segs.get(n)
+		s, _ := segs.Get(n)
 		b, _, err := s.Load(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -358,9 +329,7 @@ func TestLogSegmentsReorderedOrDropped(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		segs.mu.Lock()
-		segs.m[n] = s
-		segs.mu.Unlock()
+		segs.Set(n, s)
 	}
 	b1, b2 := blob(1), blob(2)
 	// Segment 2's blob in place of segment 1, and the reverse.
@@ -387,7 +356,7 @@ func TestLogSegmentsReorderedOrDropped(t *testing.T) {
 
 // storeOldFormat stores st as a state from before the verifiable log (no
 // Log, the whole log in UpdateLog), bypassing prepareLog.
-func storeOldFormat(t *testing.T, c *Core, st sealedState) {
+func storeOldFormat(t *testing.T, c *Core, st sealedstate.State) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -410,7 +379,7 @@ func storeOldFormat(t *testing.T, c *Core, st sealedState) {
 }
 
 func TestLogConversionOfOldState(t *testing.T) {
-	data, key, segs := memstore.New(), memstore.New(), newSegStores()
+	data, key, segs := memstore.New(), memstore.New(), logstoretest.New()
 	// Without segments the whole log stays in the state, as before.
 	c, peer := stateWithSecretsOpts(t, 1, logOptions(data, key, nil))
 	upload(t, c, peer, 150)
@@ -439,12 +408,12 @@ func TestLogConversionOfOldState(t *testing.T) {
 	}
 	// Nothing is written until the next change (a crash before it finds
 	// the old state); that change writes the segments.
-	if segs.stored() != 0 {
-		t.Fatalf("%d segments written at load", segs.stored())
+	if segs.Stored() != 0 {
+		t.Fatalf("%d segments written at load", segs.Stored())
 	}
 	upload(t, c1, peer, 1)
-	if segs.stored() != len(entries)/updatelog.SegmentSize {
-		t.Fatalf("%d segments after the first change, want %d", segs.stored(), len(entries)/updatelog.SegmentSize)
+	if segs.Stored() != len(entries)/updatelog.SegmentSize {
+		t.Fatalf("%d segments after the first change, want %d", segs.Stored(), len(entries)/updatelog.SegmentSize)
 	}
 	c3, err := New(context.Background(), logOptions(data, key, segs))
 	if err != nil {
@@ -456,7 +425,7 @@ func TestLogConversionOfOldState(t *testing.T) {
 }
 
 func TestUpdateLogPageBounds(t *testing.T) {
-	c, peer := stateWithSecretsOpts(t, 1, logOptions(memstore.New(), memstore.New(), newSegStores()))
+	c, peer := stateWithSecretsOpts(t, 1, logOptions(memstore.New(), memstore.New(), logstoretest.New()))
 	upload(t, c, peer, 3)
 	if _, err := c.UpdateLogPage(context.Background(), 5, 1); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("after beyond the log: %v", err)
@@ -505,7 +474,7 @@ func growLog(tb testing.TB, c *Core, n int) {
 		if i > 0 {
 			prev = recs[i*size-1].Hash
 		}
-		if err := c.writeSegment(ctx, &l, i, prev, all[i*size:(i+1)*size]); err != nil {
+		if err := c.logs.WriteSegment(ctx, &l, i, prev, all[i*size:(i+1)*size]); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -514,11 +483,11 @@ func growLog(tb testing.TB, c *Core, n int) {
 	}
 	l.Segments, l.Count, l.Head = k, uint64(len(all)), recs[len(recs)-1].Hash
 	st.UpdateLog = slices.Clone(all[k*size:])
-	key, err := c.logs.signer(st.CA.RootKey)
+	key, err := x509.ParseECPrivateKey(st.CA.RootKey)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if l.Checkpoint, err = logchain.Sign(nil, key, l.head(), now); err != nil {
+	if l.Checkpoint, err = logchain.Sign(nil, key, l.Chain(), now); err != nil {
 		tb.Fatal(err)
 	}
 	st.Log = &l
@@ -531,7 +500,7 @@ func growLog(tb testing.TB, c *Core, n int) {
 }
 
 func TestGrowLogVerifies(t *testing.T) {
-	c, peer := stateWithSecretsOpts(t, 1, logOptions(memstore.New(), memstore.New(), newSegStores()))
+	c, peer := stateWithSecretsOpts(t, 1, logOptions(memstore.New(), memstore.New(), logstoretest.New()))
 	growLog(t, c, 1000)
 	upload(t, c, peer, 1)
 	if got := verifyLog(t, c); len(got) != 1001 {
@@ -545,7 +514,7 @@ func TestGrowLogVerifies(t *testing.T) {
 func BenchmarkLogStateChange(b *testing.B) {
 	for _, n := range []int{10, 10_000, 1_000_000} {
 		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
-			c, peer := stateWithSecretsOpts(b, 10, logOptions(memstore.New(), memstore.New(), newSegStores()))
+			c, peer := stateWithSecretsOpts(b, 10, logOptions(memstore.New(), memstore.New(), logstoretest.New()))
 			growLog(b, c, n)
 			upload := map[string]secrets.Upload{"upload": {Key: make([]byte, 32)}}
 			b.ResetTimer()
@@ -561,16 +530,14 @@ func BenchmarkLogStateChange(b *testing.B) {
 // BenchmarkLogLastPage measures GET /api/v2/update-log's use case for the
 // last 100 entries of a log of 1,000,000 (segments cached, and cold).
 func BenchmarkLogLastPage(b *testing.B) {
-	c, _ := stateWithSecretsOpts(b, 10, logOptions(memstore.New(), memstore.New(), newSegStores()))
+	c, _ := stateWithSecretsOpts(b, 10, logOptions(memstore.New(), memstore.New(), logstoretest.New()))
 	growLog(b, c, 1_000_000)
 	after := c.snap.Load().persisted.Log.Count - 100
 	for _, cold := range []bool{false, true} {
 		b.Run(fmt.Sprintf("cold=%v", cold), func(b *testing.B) {
 			for b.Loop() {
 				if cold {
-					c.logs.mu.Lock()
-					c.logs.cache = map[uint64][]logchain.Record{}
-					c.logs.mu.Unlock()
+					c.logs = logstore.New(c.opts.LogSegments, c.opts.Now)
 				}
 				p, err := c.UpdateLogPage(context.Background(), after, 100)
 				if err != nil || len(p.Records) != 100 {
@@ -585,7 +552,7 @@ func BenchmarkLogLastPage(b *testing.B) {
 // increments) changes the state without entries; the next change records
 // it as counts, in the verifiable log only.
 func TestLogRecordsMarbleActivityAsCounts(t *testing.T) {
-	c, peer := stateWithSecretsOpts(t, 1, logOptions(memstore.New(), memstore.New(), newSegStores()))
+	c, peer := stateWithSecretsOpts(t, 1, logOptions(memstore.New(), memstore.New(), logstoretest.New()))
 	activity := func(activations map[string]uint64, increments int) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -593,7 +560,7 @@ func TestLogRecordsMarbleActivityAsCounts(t *testing.T) {
 			s := c.snap.Load()
 			st := *s.persisted
 			st.Activations = maps.Clone(activations)
-			st.Log = st.Log.counted()
+			st.Log = st.Log.Counted()
 			if err := c.persist(context.Background(), s, &st); err != nil {
 				t.Fatal(err)
 			}

@@ -1,9 +1,11 @@
 package core
 
-// Taking over a MarbleRun Coordinator's sealed state (docs/migration.md). A seal directory whose sealed_data is MarbleRun's is
-// opened (with MarbleRun's no-enclave data key from sealed_key, only when
-// the key sealer does not protect the key, or through MarbleRun's recovery
-// secrets, signed in an enclave), converted into Quarry's sealed state, and
+// Taking over a MarbleRun Coordinator's sealed state (docs/migration.md).
+// A seal directory whose sealed_data is MarbleRun's is opened (with
+// MarbleRun's no-enclave data key from sealed_key, only when the key
+// sealer does not protect the key, or through MarbleRun's recovery
+// secrets, signed in an enclave), converted into Quarry's sealed state by
+// internal/migrate (a pure converter; this file is the orchestration), and
 // written with Quarry's ordinary crash-safe commit under the SAME data key,
 // so MarbleRun's recovery secrets keep working. MarbleRun's files are copied
 // aside first (byte-identical, never deleted); the originals stay in place
@@ -13,22 +15,14 @@ package core
 import (
 	"bytes"
 	"context"
-	"crypto/rsa"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/quarry-cc/quarry/internal/vault"
-	"maps"
-	"slices"
 
 	"github.com/quarry-cc/quarry/internal/marblerun"
-	"github.com/quarry-cc/quarry/internal/recovery"
+	"github.com/quarry-cc/quarry/internal/migrate"
 	"github.com/quarry-cc/quarry/internal/seal"
-	"github.com/quarry-cc/quarry/internal/secrets"
 	"github.com/quarry-cc/quarry/internal/store"
-	"github.com/quarry-cc/quarry/manifest"
+	"github.com/quarry-cc/quarry/internal/vault"
 )
 
 // ErrMixedFormats means the seal directory holds MarbleRun's sealed_data
@@ -40,7 +34,12 @@ var ErrMixedFormats = errors.New("the seal directory holds both formats: MarbleR
 // ErrMigration is wrapped by the errors that stop a migration of a state
 // that did decrypt (an unknown store key, an inconsistent state): the
 // Coordinator does not start and the MarbleRun files stay as they are.
-var ErrMigration = errors.New("the MarbleRun state cannot be migrated")
+// It is migrate.ErrMigration, which the converter's errors wrap.
+var ErrMigration = migrate.ErrMigration
+
+// MigrationReport is what a migration moves, for the dry run and the log
+// (migrate.Report).
+type MigrationReport = migrate.Report
 
 // MarbleRunMigration says whether a MarbleRun sealed_data found at start
 // is migrated (docs/migration.md, "The enclave rule").
@@ -109,43 +108,6 @@ func isQuarryBlob(blob []byte) bool { return bytes.HasPrefix(blob, []byte(seal.M
 // marbleRunData parses MarbleRun's sealed_data layout.
 func marbleRunData(blob []byte) (*marblerun.SealedData, error) {
 	return marblerun.ParseSealedData(blob)
-}
-
-// MigrationReport is what a migration moves, for the dry run and the log.
-type MigrationReport struct {
-	// NeedsRecovery is set when sealed_key does not open the state: the
-	// recovery secrets are needed (the counts below are then unknown).
-	NeedsRecovery bool
-	// Why says why a recovery is needed.
-	Why string
-	// SignedRecoveryOnly: the Coordinator runs in an enclave, so only
-	// signed recovery secrets (POST /api/v2/recover) are taken.
-	SignedRecoveryOnly bool
-	// RecoveryMode is single, xor or shamir (MarbleRun's recovery data);
-	// RecoveryShares the number of share hashes.
-	RecoveryMode   string
-	RecoveryShares int
-	// Counts of what is migrated.
-	Secrets, PreviousSecrets, Users, Packages, Marbles, UpdateLogEntries int
-	Activations, MonotonicCounters                                       int
-	PendingUpdate                                                        bool
-	ManifestFingerprint                                                  string
-	// Warnings are the findings that do not stop the migration (manifest
-	// rules Quarry checks and MarbleRun did not, inconsistencies).
-	Warnings []string
-}
-
-// recoveryModeOf names MarbleRun's recovery data.
-func recoveryModeOf(sd *marblerun.SealedData, shareSize int) string {
-	switch {
-	case sd.ShareHashes == nil:
-		return string(recovery.ModeSingle)
-	case shareSize == 33:
-		return string(recovery.ModeShamir)
-	case shareSize == 32:
-		return string(recovery.ModeXOR)
-	}
-	return "xor or shamir"
 }
 
 // marbleRunKey reads sealed_key beside MarbleRun's sealed_data: the data key
@@ -220,7 +182,7 @@ func (c *Core) loadMarbleRun(ctx context.Context, blob []byte, sd *marblerun.Sea
 // Quarry state under the same data key. keyIsMarbleRuns says whether
 // sealed_key holds MarbleRun's own bytes (to be kept).
 func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedData, dek []byte, keyIsMarbleRuns bool, e event, from State) (*snapshot, error) {
-	st, hdr, report, err := convertMarbleRun(sd, dek)
+	st, hdr, report, err := migrate.Convert(sd, dek)
 	if err != nil {
 		return nil, err
 	}
@@ -287,216 +249,6 @@ func (c *Core) migrate(ctx context.Context, blob []byte, sd *marblerun.SealedDat
 	return snap, nil
 }
 
-// convertMarbleRun decrypts and converts a MarbleRun state into Quarry's
-// sealed state and header (same data key).
-func convertMarbleRun(sd *marblerun.SealedData, dek []byte) (*sealedState, sealHeader, MigrationReport, error) {
-	var rep MigrationReport
-	if len(dek) != seal.KeySize {
-		return nil, sealHeader{}, rep, fmt.Errorf("%w: the data key has %d bytes (a MarbleRun state from before 1.9.0); Quarry keeps 32-byte data keys: with MarbleRun 1.9 or later, apply a full manifest update that changes RecoveryKeys (MarbleRun then makes a new 32-byte data key and new recovery secrets), then start Quarry again; nothing was changed", ErrMigration, len(dek))
-	}
-	kv, err := sd.Open(dek)
-	if err != nil {
-		return nil, sealHeader{}, rep, fmt.Errorf("%w: %w", ErrMigration, err)
-	}
-	mr, err := marblerun.Decode(kv)
-	if err != nil {
-		return nil, sealHeader{}, rep, fmt.Errorf("%w: %w", ErrMigration, err)
-	}
-	return convertState(mr, sd, dek)
-}
-
-func convertState(mr *marblerun.State, sd *marblerun.SealedData, dek []byte) (*sealedState, sealHeader, MigrationReport, error) {
-	var rep MigrationReport
-	warn := func(format string, args ...any) { rep.Warnings = append(rep.Warnings, fmt.Sprintf(format, args...)) }
-	if mr.StateCode != int(StateAcceptingMarbles) {
-		return nil, sealHeader{}, rep, fmt.Errorf("%w: the stored state is %d, not %d (a manifest set)", ErrMigration, mr.StateCode, StateAcceptingMarbles)
-	}
-	m, err := manifest.ParseStored(mr.Manifest)
-	if err != nil {
-		return nil, sealHeader{}, rep, fmt.Errorf("%w: the stored manifest: %v", ErrMigration, err)
-	}
-	// Quarry's own rules are reported, never enforced: MarbleRun accepted
-	// this manifest, and the deployment runs with it.
-	if _, err := manifest.Parse(mr.Manifest); err != nil {
-		warn("the manifest breaks a rule MarbleRun does not enforce (it is migrated as is): %v", err)
-	}
-	if err := m.Validate(); err != nil {
-		var ve *manifest.ValidationError
-		if errors.As(err, &ve) {
-			warn("the manifest breaks a rule MarbleRun does not enforce (it is migrated as is): %s: %s (section %s, entry %q, field %q)", ve.Stage(), ve.Message, ve.Section, ve.Name, ve.Field)
-		} else {
-			warn("the manifest breaks a rule MarbleRun does not enforce (it is migrated as is): %v", err)
-		}
-	}
-	rep.ManifestFingerprint = fingerprint(mr.Manifest)
-
-	// Definitions MarbleRun keeps beside the manifest must be the
-	// manifest's: Quarry serves them from the manifest.
-	sameNames := func(what string, stored []string, want []string) {
-		if !slices.Equal(slices.Sorted(slices.Values(stored)), slices.Sorted(slices.Values(want))) {
-			warn("the stored %s %v differ from the manifest's %v; Quarry uses the manifest's", what, stored, want)
-		}
-	}
-	sameNames("marbles", mr.Marbles, slices.Collect(maps.Keys(m.Marbles)))
-	sameNames("TLS tags", mr.TLS, slices.Collect(maps.Keys(m.TLS)))
-	sameNames("infrastructures", mr.Infrastructures, slices.Collect(maps.Keys(m.Infrastructures)))
-	sameNames("users", mr.Users, slices.Collect(maps.Keys(m.Users)))
-
-	packages := maps.Clone(mr.Packages)
-	for name, p := range m.Packages {
-		if _, ok := packages[name]; !ok {
-			warn("package %s has no stored entry; the manifest's definition is used", name)
-			packages[name] = p
-		}
-	}
-	for name := range mr.Packages {
-		if _, ok := m.Packages[name]; !ok {
-			warn("the stored package %s is not in the manifest; it is kept", name)
-		}
-	}
-
-	cur := convertSecrets(mr.Secrets, m)
-	prev := convertSecrets(mr.PreviousSecrets, m)
-	for name := range m.Secrets {
-		if _, ok := cur[name]; !ok {
-			warn("secret %s of the manifest has no stored value", name)
-		}
-	}
-	if len(prev) == 0 {
-		prev = nil
-	}
-	var pending *pendingUpdate
-	if p := mr.Pending; p != nil {
-		pending = &pendingUpdate{ManifestRaw: p.ManifestRaw, RequiredUsers: slices.Sorted(maps.Keys(p.RequiredUsers))}
-		for _, u := range pending.RequiredUsers {
-			if p.RequiredUsers[u] {
-				pending.Acknowledged = append(pending.Acknowledged, u)
-			}
-		}
-		pending.Needed = len(pending.Acknowledged) + max(p.Missing(), 0)
-	}
-	rootSecret := mr.RootSecret
-	if len(rootSecret) == 0 {
-		// MarbleRun's fallback for states without one: it derives from
-		// the root key then.
-		rootSecret = mr.RootKey
-		warn("the state has no rootSecret; the root key's bytes are used as MarbleRun does")
-	}
-	st := &sealedState{
-		Format:             stateFormat,
-		State:              StateAcceptingMarbles,
-		RootSecret:         rootSecret,
-		PreviousRootSecret: mr.PreviousRootSecret,
-		Manifest:           mr.Manifest,
-		ManifestSignature:  mr.ManifestSignature,
-		Packages:           packages,
-		Secrets:            cur,
-		PreviousSecrets:    prev,
-		UpdateLog:          mr.UpdateLog,
-		Pending:            pending,
-	}
-	st.CA.RootCert, st.CA.RootKey = mr.RootCert, mr.RootKey
-	st.CA.IntermediateCert, st.CA.IntermediateKey = mr.IntermediateCert, mr.IntermediateKey
-	st.CA.MarbleRootCert = mr.MarbleRootCert
-	if len(mr.Activations) > 0 {
-		st.Activations = mr.Activations
-	}
-	if len(mr.MonotonicCounters) > 0 {
-		st.MonotonicCounters = mr.MonotonicCounters
-	}
-	if st.UpdateLog == nil {
-		st.UpdateLog = []string{}
-	}
-	hdr, mode, err := migratedHeader(m, sd, dek)
-	if err != nil {
-		return nil, sealHeader{}, rep, err
-	}
-	rep.RecoveryMode = mode
-	rep.RecoveryShares = len(sd.ShareHashes)
-	rep.Secrets, rep.PreviousSecrets, rep.Users = len(cur), len(mr.PreviousSecrets), len(mr.Users)
-	rep.Packages, rep.Marbles, rep.UpdateLogEntries = len(packages), len(mr.Marbles), len(mr.UpdateLog)
-	rep.Activations, rep.MonotonicCounters, rep.PendingUpdate = len(mr.Activations), len(mr.MonotonicCounters), pending != nil
-	return st, hdr, rep, nil
-}
-
-// convertSecrets turns MarbleRun's stored secrets into Quarry's; the
-// explicit Cert.NotAfter of the manifest's definition is kept beside them
-// as a Quarry manifest set would.
-func convertSecrets(in map[string]marblerun.Secret, m *manifest.Manifest) map[string]secrets.Secret {
-	out := make(map[string]secrets.Secret, len(in))
-	for name, s := range in {
-		out[name] = secrets.Secret{
-			Type: s.Type, Size: s.Size, Shared: s.Shared, UserDefined: s.UserDefined,
-			ValidFor: s.ValidFor, NotAfter: m.Secrets[name].Cert.NotAfter,
-			Cert: s.Cert, Private: s.Private, Public: s.Public,
-		}
-	}
-	return out
-}
-
-// migratedHeader is the public recovery data of the migrated state, for
-// the same data key and MarbleRun's recovery secrets: a single key's share
-// is the data key (its hash is known); XOR and Shamir shares are known only
-// by their hashes, not by which key holds which, so they are kept as
-// MarbleRun's share hashes and matched to a key by the signature of each
-// upload.
-func migratedHeader(m *manifest.Manifest, sd *marblerun.SealedData, dek []byte) (sealHeader, string, error) {
-	hdr := sealHeader{Format: stateFormat}
-	keys := make(map[string]recovery.Recipient, len(m.RecoveryKeys))
-	for name, text := range m.RecoveryKeys {
-		k, err := recovery.ParsePublicKeyPEM(text)
-		if err != nil {
-			return sealHeader{}, "", fmt.Errorf("%w: recovery key %s: %v", ErrMigration, name, err)
-		}
-		der, err := x509.MarshalPKIXPublicKey(k)
-		if err != nil {
-			return sealHeader{}, "", err
-		}
-		keys[name] = recovery.Recipient{PublicKey: der}
-	}
-	n := len(keys)
-	switch {
-	case n == 0:
-		hdr.Recovery = recovery.Public{Mode: recovery.ModeNone}
-		return hdr, string(recovery.ModeNone), nil
-	case sd.ShareHashes == nil:
-		if n != 1 {
-			return sealHeader{}, "", fmt.Errorf("%w: the manifest has %d recovery keys but the state has single-key recovery data", ErrMigration, n)
-		}
-		sum := sha256.Sum256(dek)
-		for name, r := range keys {
-			r.ShareHash = hex.EncodeToString(sum[:])
-			keys[name] = r
-		}
-		hdr.Recovery = recovery.Public{Mode: recovery.ModeSingle, Threshold: 1, Keys: keys}
-		return hdr, string(recovery.ModeSingle), nil
-	}
-	if len(sd.ShareHashes) != n {
-		return sealHeader{}, "", fmt.Errorf("%w: the manifest has %d recovery keys but the state's recovery data holds %d shares", ErrMigration, n, len(sd.ShareHashes))
-	}
-	t := int(m.Config.RecoveryThreshold)
-	mode := recovery.ModeXOR
-	if t >= 2 && t < n {
-		mode = recovery.ModeShamir
-	} else {
-		t = n
-	}
-	hdr.Recovery = recovery.Public{Mode: mode, Threshold: t, Keys: keys}
-	hdr.MarbleRunShares = slices.Clone(sd.ShareHashes)
-	return hdr, string(mode), nil
-}
-
-// recoveryKeys returns the manifest's recovery keys (those that parse).
-func recoveryKeys(m *manifest.Manifest) map[string]*rsa.PublicKey {
-	out := make(map[string]*rsa.PublicKey, len(m.RecoveryKeys))
-	for name, text := range m.RecoveryKeys {
-		if k, err := recovery.ParsePublicKeyPEM(text); err == nil {
-			out[name] = k
-		}
-	}
-	return out
-}
-
 // InspectMigration is the dry run of a migration: it reads (never writes)
 // the stores and reports what a start with sealer and policy would
 // migrate. It returns ErrNoMarbleRunState when the stores hold no MarbleRun
@@ -529,11 +281,11 @@ func InspectMigration(ctx context.Context, data, key store.Store, sealer seal.Ke
 	}
 	if dek == nil {
 		rep.NeedsRecovery, rep.Why = true, why
-		rep.RecoveryMode = recoveryModeOf(sd, 0)
+		rep.RecoveryMode = migrate.RecoveryMode(sd, 0)
 		rep.RecoveryShares = len(sd.ShareHashes)
 		return rep, nil
 	}
-	_, _, rep, err = convertMarbleRun(sd, dek)
+	_, _, rep, err = migrate.Convert(sd, dek)
 	return rep, err
 }
 

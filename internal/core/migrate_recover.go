@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/quarry-cc/quarry/internal/marblerun"
+	"github.com/quarry-cc/quarry/internal/migrate"
 	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/sealedstate"
 	"github.com/quarry-cc/quarry/manifest"
 )
 
@@ -30,7 +32,7 @@ func (r *recoveryRound) startMarbleRun(sd *marblerun.SealedData, ttl time.Durati
 // so each upload's signature is checked on arrival (a bad share is refused
 // at once, not after the round is complete) and
 // matched to an unused key.
-func (r *recoveryRound) startMigrated(blob []byte, hdr sealHeader, ttl time.Duration, now func() time.Time) {
+func (r *recoveryRound) startMigrated(blob []byte, hdr sealedstate.Header, ttl time.Duration, now func() time.Time) {
 	keys := make(map[string]*rsa.PublicKey, len(hdr.Recovery.Keys))
 	for name, k := range hdr.Recovery.Keys {
 		pub, err := x509.ParsePKIXPublicKey(k.PublicKey)
@@ -90,7 +92,7 @@ func (c *Core) recoverMarbleRun(ctx context.Context, key []byte, shares []marble
 	// MarbleRun's final check (the recovered state's recovery keys are the
 	// manifest's), here before
 	// anything is written.
-	if _, err := marblerun.CheckSignatures(shares, recoveryKeys(m), int(m.Config.RecoveryThreshold)); err != nil {
+	if _, err := marblerun.CheckSignatures(shares, migrate.RecoveryKeys(m), int(m.Config.RecoveryThreshold)); err != nil {
 		return classify(ErrInvalidRequest, fmt.Errorf("%w; upload the recovery secrets again", err))
 	}
 	snap, err := c.migrate(ctx, c.unreadable, sd, key, false, eventRecovered, StateRecovery)

@@ -6,15 +6,16 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/quarry-cc/quarry/internal/vault"
 	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quarry-cc/quarry/internal/sealedstate"
+	"github.com/quarry-cc/quarry/internal/vault"
 
 	"github.com/quarry-cc/quarry/internal/marblerun"
 	"github.com/quarry-cc/quarry/internal/recovery"
@@ -51,7 +52,7 @@ func (r *recoveryRound) start(blob []byte, ttl time.Duration, now func() time.Ti
 		r.cannot = errors.New("the sealed state cannot be read")
 		return
 	}
-	hdr, err := decodeHeader(blob)
+	hdr, err := sealedstate.ReadHeader(blob)
 	if err != nil {
 		r.cannot = fmt.Errorf("the sealed state is corrupt (%v)", err)
 		return
@@ -110,19 +111,6 @@ func newRecoverySecrets(rand io.Reader, m *manifest.Manifest) (dek []byte, secre
 		return nil, nil, recovery.Public{}, classify(ErrInvalidRequest, fmt.Errorf("generating recovery secrets: %w", err))
 	}
 	return dek, secrets, pub, nil
-}
-
-// decodeHeader reads the public header of a sealed blob.
-func decodeHeader(blob []byte) (sealHeader, error) {
-	raw, err := seal.ReadHeader(blob)
-	if err != nil {
-		return sealHeader{}, err
-	}
-	var h sealHeader
-	if err := json.Unmarshal(raw, &h); err != nil {
-		return sealHeader{}, fmt.Errorf("%w: header: %v", seal.ErrCorrupt, err)
-	}
-	return h, nil
 }
 
 func (e classified) Error() string   { return e.err.Error() }
@@ -248,11 +236,11 @@ func (c *Core) restoreWith(ctx context.Context, key []byte) error {
 	case err != nil:
 		return classify(ErrInvalidRequest, fmt.Errorf("the combined recovery secrets do not decrypt the sealed state: %w", err))
 	}
-	var hdr sealHeader
-	if err := json.Unmarshal(hdrRaw, &hdr); err != nil {
+	hdr, err := sealedstate.ParseHeader(hdrRaw)
+	if err != nil {
 		return fmt.Errorf("decrypted header: %w", err)
 	}
-	st, err := decodeState(plaintext)
+	st, err := sealedstate.Decode(plaintext)
 	if err != nil {
 		return fmt.Errorf("the decrypted state is invalid: %w", err)
 	}

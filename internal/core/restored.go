@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/quarry-cc/quarry/internal/vault"
 	"slices"
+
+	"github.com/quarry-cc/quarry/internal/vault"
 
 	"github.com/quarry-cc/quarry/api/logchain"
 	"github.com/quarry-cc/quarry/internal/store"
@@ -65,7 +66,7 @@ func (c *Core) restoreRecord(ctx context.Context, s *snapshot, blob []byte) (ent
 			state, replaced = logchain.ReplacedUnknown, nil
 		}
 	}
-	head := s.persisted.Log.head()
+	head := s.persisted.Log.Chain()
 	entry = updatelog.Restored(c.opts.Now(), m.BackupCreated, head, state, replaced)
 	done = func() {
 		c.markerAside(ctx, "recorded", "", nil)

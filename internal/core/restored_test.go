@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quarry-cc/quarry/api/logchain"
+	"github.com/quarry-cc/quarry/internal/logstore/logstoretest"
 	"github.com/quarry-cc/quarry/internal/seal"
 	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/store/filestore"
@@ -59,7 +60,7 @@ type restoreFixture struct {
 func newRestoreFixture(t *testing.T) *restoreFixture {
 	t.Helper()
 	f := &restoreFixture{data: memstore.New(), key: memstore.New(), markers: memstore.New()}
-	f.opts = logOptions(f.data, f.key, newSegStores())
+	f.opts = logOptions(f.data, f.key, logstoretest.New())
 	f.opts.RestoreMarker = f.markers
 	c, peer := stateWithSecretsOpts(t, 1, f.opts)
 	f.peer = peer

@@ -103,7 +103,7 @@ func (c *Core) UpdateLog(ctx context.Context) ([]string, error) {
 	if err := require(s.state, opUpdate); err != nil {
 		return nil, err
 	}
-	log, err := c.fullLog(ctx, s.persisted)
+	log, err := c.logs.Full(ctx, s.persisted)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,10 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/quarry-cc/quarry/internal/sealedstate"
+)
 
 // State is the Coordinator's state code (MarbleRun's numbers, which
 // clients read from the status endpoint).
@@ -11,7 +15,7 @@ const (
 	StateUninitialized     State = 0
 	StateRecovery          State = 1
 	StateAcceptingManifest State = 2
-	StateAcceptingMarbles  State = 3
+	StateAcceptingMarbles  State = sealedstate.Running // the state every stored state has
 )
 
 // Message is the exact status message MarbleRun reports for the state.

@@ -7,12 +7,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/quarry-cc/quarry/internal/vault"
 	"io"
 	"maps"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/quarry-cc/quarry/internal/sealedstate"
+	"github.com/quarry-cc/quarry/internal/vault"
 
 	"github.com/quarry-cc/quarry/internal/ca"
 	"github.com/quarry-cc/quarry/internal/recovery"
@@ -21,31 +23,6 @@ import (
 	"github.com/quarry-cc/quarry/internal/user"
 	"github.com/quarry-cc/quarry/manifest"
 )
-
-// pendingUpdate is a full manifest update waiting for acknowledgements. It is
-// part of the sealed state and survives restarts.
-type pendingUpdate struct {
-	ManifestRaw []byte
-	// RequiredUsers may acknowledge: the users holding UpdateManifest when
-	// the update was initiated (sorted).
-	RequiredUsers []string
-	// Acknowledged lists who has acknowledged (the initiator first).
-	Acknowledged []string
-	// Needed is the number of acknowledgements that apply the update.
-	Needed int
-}
-
-func (p *pendingUpdate) missingAcknowledgments() int { return max(p.Needed-len(p.Acknowledged), 0) }
-
-func (p *pendingUpdate) missingUsers() []string {
-	var out []string
-	for _, u := range p.RequiredUsers {
-		if !slices.Contains(p.Acknowledged, u) {
-			out = append(out, u)
-		}
-	}
-	return out
-}
 
 // errUpdatePending is the conflict of a second update while one is pending.
 var errUpdatePending = classify(ErrConflict, errors.New("update already in progress. Acknowledge the update to apply it, or cancel it to start a new one"))
@@ -112,22 +89,22 @@ func (c *Core) tryUpdate(ctx context.Context, peer []*x509.Certificate, raw []by
 	if needed == 0 {
 		needed = len(required)
 	}
-	p := &pendingUpdate{ManifestRaw: bytes.Clone(raw), RequiredUsers: required, Acknowledged: []string{u.Name}, Needed: needed}
+	p := &sealedstate.PendingUpdate{ManifestRaw: bytes.Clone(raw), RequiredUsers: required, Acknowledged: []string{u.Name}, Needed: needed}
 	st := *s.persisted
 	now := c.opts.Now()
 	fp := fingerprint(raw)
-	if p.missingAcknowledgments() == 0 {
+	if p.MissingAcknowledgments() == 0 {
 		st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateInitiatedApplied(now, u.Name, fp))
 		// The initiator alone applied it: no one acknowledged.
 		return c.applyFullUpdate(ctx, s, &st, m, raw, nil)
 	}
 	st.Pending = p
-	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateInitiatedWaiting(now, u.Name, p.missingAcknowledgments(), p.missingUsers(), fp))
+	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateInitiatedWaiting(now, u.Name, p.MissingAcknowledgments(), p.MissingUsers(), fp))
 	if err := c.persist(ctx, s, &st); err != nil {
 		return UpdateResult{}, err
 	}
-	c.log.Info("manifest update initiated", "user", u.Name, "manifestFingerprint", fp, "missingAcknowledgments", p.missingAcknowledgments())
-	return UpdateResult{MissingAcknowledgments: p.missingAcknowledgments(), MissingUsers: p.missingUsers()}, nil
+	c.log.Info("manifest update initiated", "user", u.Name, "manifestFingerprint", fp, "missingAcknowledgments", p.MissingAcknowledgments())
+	return UpdateResult{MissingAcknowledgments: p.MissingAcknowledgments(), MissingUsers: p.MissingUsers()}, nil
 }
 
 // updatePackages applies a package update (as MarbleRun does): new security
@@ -209,7 +186,7 @@ func (c *Core) PendingUpdate(context.Context) (PendingUpdate, error) {
 		return PendingUpdate{}, errNoUpdate
 	}
 	p := s.persisted.Pending
-	return PendingUpdate{Manifest: p.ManifestRaw, MissingUsers: p.missingUsers(), MissingAcknowledgments: p.missingAcknowledgments()}, nil
+	return PendingUpdate{Manifest: p.ManifestRaw, MissingUsers: p.MissingUsers(), MissingAcknowledgments: p.MissingAcknowledgments()}, nil
 }
 
 // tryAcknowledgeUpdate records a required user's acknowledgement of the pending
@@ -234,14 +211,14 @@ func (c *Core) tryAcknowledgeUpdate(ctx context.Context, peer []*x509.Certificat
 		return UpdateResult{}, classify(ErrInvalidRequest, errors.New("provided manifest does not match the pending manifest"))
 	}
 	if slices.Contains(p.Acknowledged, u.Name) {
-		return UpdateResult{MissingAcknowledgments: p.missingAcknowledgments(), MissingUsers: p.missingUsers(), AlreadyAcknowledged: true}, nil
+		return UpdateResult{MissingAcknowledgments: p.MissingAcknowledgments(), MissingUsers: p.MissingUsers(), AlreadyAcknowledged: true}, nil
 	}
 	np := *p
 	np.Acknowledged = append(slices.Clip(p.Acknowledged), u.Name)
 	st := *s.persisted
 	fp := fingerprint(raw)
-	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateAcknowledged(c.opts.Now(), u.Name, np.missingAcknowledgments(), np.missingUsers(), fp))
-	if np.missingAcknowledgments() == 0 {
+	st.UpdateLog = append(slices.Clip(st.UpdateLog), updatelog.UpdateAcknowledged(c.opts.Now(), u.Name, np.MissingAcknowledgments(), np.MissingUsers(), fp))
+	if np.MissingAcknowledgments() == 0 {
 		m, err := manifest.ParseStored(raw)
 		if err != nil {
 			return UpdateResult{}, err
@@ -260,8 +237,8 @@ func (c *Core) tryAcknowledgeUpdate(ctx context.Context, peer []*x509.Certificat
 	if err := c.persist(ctx, s, &st); err != nil {
 		return UpdateResult{}, err
 	}
-	c.log.Info("manifest update acknowledged", "user", u.Name, "missingAcknowledgments", np.missingAcknowledgments())
-	return UpdateResult{MissingAcknowledgments: np.missingAcknowledgments(), MissingUsers: np.missingUsers()}, nil
+	c.log.Info("manifest update acknowledged", "user", u.Name, "missingAcknowledgments", np.MissingAcknowledgments())
+	return UpdateResult{MissingAcknowledgments: np.MissingAcknowledgments(), MissingUsers: np.MissingUsers()}, nil
 }
 
 // cancelAfterFailedApply removes a pending update whose apply failed, with a
@@ -313,7 +290,7 @@ func (c *Core) tryCancelUpdate(ctx context.Context, peer []*x509.Certificate) er
 // the update, the initiator first (nil when the initiator alone applied
 // it), recorded in the "quarry: manifest changed" entry
 // (docs/update-log.md).
-func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState, m *manifest.Manifest, raw []byte, acked []string) (UpdateResult, error) {
+func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedstate.State, m *manifest.Manifest, raw []byte, acked []string) (UpdateResult, error) {
 	users, err := user.FromManifest(m)
 	if err != nil {
 		return UpdateResult{}, classify(ErrInvalidRequest, err)
@@ -359,7 +336,7 @@ func (c *Core) applyFullUpdate(ctx context.Context, s *snapshot, st *sealedState
 		if dek, res.RecoverySecrets, pub, err = newRecoverySecrets(rand.Reader, m); err != nil {
 			return UpdateResult{}, err
 		}
-		header = sealHeader{Format: stateFormat, Recovery: pub}
+		header = sealedstate.Header{Format: sealedstate.Format, Recovery: pub}
 		st.RecoverySecrets = res.RecoverySecrets
 	}
 	if m.Config.SealMode == manifest.SealModeDisabled {
