@@ -116,6 +116,8 @@ type Core struct {
 	log  *slog.Logger
 
 	mu stateLock // serialises state transactions (lock.go)
+	// uploads queues SetSecrets calls for one commit (secrets.go).
+	uploads uploadQueue
 	// Guarded by mu:
 	vault *vault.Vault // the stored pair of sealed state and key file
 	// dek is the data key of the current state (kept in memory with

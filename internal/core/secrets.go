@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/quarry-cc/quarry/internal/ca"
 	"github.com/quarry-cc/quarry/internal/secrets"
@@ -50,49 +51,137 @@ func (c *Core) Secrets(_ context.Context, peer []*x509.Certificate, names []stri
 // WriteSecret on all of them. The request is all-or-nothing: every upload is
 // checked, the templates are dry-run with the new values, and the state is
 // sealed and stored with one update-log entry per secret before it returns.
+//
+// Uploads that arrive while a change is being stored queue and are stored
+// together by one commit (setSecretsBatch): each is checked against the
+// state with the uploads before it in the queue, as if it ran alone after
+// them.
 func (c *Core) trySetSecrets(ctx context.Context, peer []*x509.Certificate, uploads map[string]secrets.Upload) error {
+	r := &uploadRequest{ctx: ctx, peer: peer, uploads: uploads}
+	c.uploads.add(r)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if batch := c.uploads.take(); len(batch) > 0 {
+		c.setSecretsBatch(ctx, batch)
+	}
+	// r was in the queue: either an earlier holder of mu answered it with
+	// its batch, or this call just did.
+	return r.err
+}
+
+// setSecretsBatch applies the uploads of batch in order to the current
+// state, each all-or-nothing and checked as trySetSecrets says, and stores
+// the result with one commit. An upload that is refused is answered with
+// its own error and changes nothing; when the commit fails, every upload
+// it carried is answered with the commit's error and the state stays as it
+// was (unless the error says the change is stored, vault.Stored). Callers
+// hold mu.
+func (c *Core) setSecretsBatch(ctx context.Context, batch []*uploadRequest) {
 	s := c.snap.Load()
-	u, err := identify(s, opSecrets, peer)
+	st := *s.persisted
+	st.UpdateLog = slices.Clip(st.UpdateLog)
+	var applied []*uploadRequest
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil && len(batch) > 1 {
+			r.err = err
+			continue
+		}
+		next, entries, err := c.applyUploads(s, st.Secrets, r)
+		if err != nil {
+			r.err = err
+			continue
+		}
+		st.Secrets = next
+		st.UpdateLog = append(st.UpdateLog, entries...)
+		applied = append(applied, r)
+	}
+	if len(applied) == 0 {
+		return
+	}
+	if len(batch) > 1 {
+		// The commit answers other requests too: one caller going away
+		// must not cancel it.
+		ctx = context.WithoutCancel(ctx)
+	}
+	err := c.persist(ctx, s, &st)
+	for _, r := range applied {
+		r.err = err
+		if err == nil {
+			c.log.Info("secrets set", "user", r.user, "secrets", r.names)
+		}
+	}
+}
+
+// applyUploads checks the uploads of request r against the secrets cur of
+// the state s and returns the new secrets and the update-log entries.
+func (c *Core) applyUploads(s *snapshot, cur map[string]secrets.Secret, r *uploadRequest) (map[string]secrets.Secret, []string, error) {
+	uploads := r.uploads
+	u, err := identify(s, opSecrets, r.peer)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if len(uploads) == 0 {
-		return classify(ErrInvalidRequest, errors.New("no new secrets defined"))
+		return nil, nil, classify(ErrInvalidRequest, errors.New("no new secrets defined"))
 	}
 	names := slices.Sorted(maps.Keys(uploads))
 	for _, n := range names {
-		if _, ok := s.persisted.Secrets[n]; !ok {
-			return classify(ErrNotFound, fmt.Errorf("secret %q is not defined in the manifest", n))
+		if _, ok := cur[n]; !ok {
+			return nil, nil, classify(ErrNotFound, fmt.Errorf("secret %q is not defined in the manifest", n))
 		}
 	}
 	if err := authorize(u, manifest.ActionWriteSecret, names...); err != nil {
-		return err
+		return nil, nil, err
 	}
-	next := maps.Clone(s.persisted.Secrets)
+	next := maps.Clone(cur)
 	for _, n := range names {
-		v, err := secrets.ApplyUpload(n, s.persisted.Secrets[n], uploads[n])
+		v, err := secrets.ApplyUpload(n, cur[n], uploads[n])
 		if err != nil {
-			return classify(ErrInvalidRequest, err)
+			return nil, nil, classify(ErrInvalidRequest, err)
 		}
 		next[n] = v
 	}
 	if err := dryRun(s.manifest, next); err != nil {
-		return classify(ErrInvalidRequest, fmt.Errorf("the new secrets make a template fail: %w", err))
+		return nil, nil, classify(ErrInvalidRequest, fmt.Errorf("the new secrets make a template fail: %w", err))
 	}
-	st := *s.persisted
-	st.Secrets = next
 	now := c.opts.Now()
-	st.UpdateLog = slices.Clip(st.UpdateLog)
+	entries := make([]string, 0, len(names))
 	for _, n := range names {
-		st.UpdateLog = append(st.UpdateLog, updatelog.SecretSet(now, u.Name, n, next[n].Type))
+		entries = append(entries, updatelog.SecretSet(now, u.Name, n, next[n].Type))
 	}
-	if err := c.persist(ctx, s, &st); err != nil {
-		return err
-	}
-	c.log.Info("secrets set", "user", u.Name, "secrets", names)
-	return nil
+	r.user, r.names = u.Name, names
+	return next, entries, nil
+}
+
+// uploadRequest is one SetSecrets call waiting in the upload queue.
+type uploadRequest struct {
+	ctx     context.Context
+	peer    []*x509.Certificate
+	uploads map[string]secrets.Upload
+	// Set by the batch that takes the request (under Core.mu):
+	err   error
+	user  string
+	names []string
+}
+
+// uploadQueue holds the SetSecrets calls waiting for the state lock; the
+// holder of the lock takes them all and stores them with one commit.
+type uploadQueue struct {
+	mu      sync.Mutex
+	pending []*uploadRequest
+}
+
+func (q *uploadQueue) add(r *uploadRequest) {
+	q.mu.Lock()
+	q.pending = append(q.pending, r)
+	q.mu.Unlock()
+}
+
+func (q *uploadQueue) take() []*uploadRequest {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b := q.pending
+	q.pending = nil
+	return b
 }
 
 // UpdateLog returns the update log, one JSON entry per string.
