@@ -55,13 +55,12 @@ func (h *hookStore) Save(ctx context.Context, blob []byte, prev store.Revision) 
 // uploadWorld is a Coordinator whose manifest has user-defined secrets
 // u0…u(n-1) that user alice may write, on a data store with a hook.
 type uploadWorld struct {
-	c         *Core
-	data      *hookStore
-	key       store.Store
-	alice     []*x509.Certificate
-	commits   atomic.Int64
-	n         int
-	newSealer func() seal.KeySealer
+	c       *Core
+	data    *hookStore
+	key     store.Store
+	alice   []*x509.Certificate
+	commits atomic.Int64
+	n       int
 }
 
 func newUploadWorld(t *testing.T, n int) *uploadWorld {
