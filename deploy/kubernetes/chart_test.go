@@ -12,7 +12,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -33,9 +35,28 @@ var (
 // generated with.
 var plainArgs = []string{"template", "quarry-coordinator", chartDir, "--namespace", "quarry"}
 
+// waitForHelm waits, once, for the helm that .ci/run builds in the
+// background while the tests build: QUARRY_HELM_BUILDING names the file it
+// writes when done ("ok" or "failed").
+var waitForHelm = sync.OnceFunc(func() {
+	done := os.Getenv("QUARRY_HELM_BUILDING")
+	if done == "" {
+		return
+	}
+	for deadline := time.Now().Add(15 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if _, err := os.Stat(done); err == nil {
+			return
+		}
+	}
+})
+
 func helm(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
 	path, err := exec.LookPath("helm")
+	if err != nil {
+		waitForHelm()
+		path, err = exec.LookPath("helm")
+	}
 	if err != nil {
 		if os.Getenv("QUARRY_REQUIRE_HELM") == "1" {
 			t.Fatal("helm is not installed (.ci/run installs it)")
