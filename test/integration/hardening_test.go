@@ -195,6 +195,53 @@ func dialRawFrom(t *testing.T, c *coordinator, cert *tls.Certificate, src string
 	return &rawConn{Conn: conn, br: bufio.NewReader(conn)}
 }
 
+// waitDelivered waits until the Coordinator's process has read every byte
+// written on rc: rc's send queue and the server side's receive queue are
+// empty (/proc/net/tcp, loopback). A Write returns once the bytes are in
+// the kernel, which may be megabytes before the server has read them (and
+// reserved their memory).
+func (rc *rawConn) waitDelivered(t *testing.T) {
+	t.Helper()
+	local := rc.LocalAddr().(*net.TCPAddr)
+	remote := rc.RemoteAddr().(*net.TCPAddr)
+	hexAddr := func(a *net.TCPAddr) string {
+		ip := a.IP.To4()
+		return fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], a.Port)
+	}
+	me, server := hexAddr(local), hexAddr(remote)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		raw, err := os.ReadFile("/proc/net/tcp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued, seen := false, 0
+		for _, line := range strings.Split(string(raw), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 5 {
+				continue
+			}
+			if (f[1] == me && f[2] == server) || (f[1] == server && f[2] == me) {
+				seen++
+				queues := strings.SplitN(f[4], ":", 2)
+				if f[1] == me && queues[0] != "00000000" || f[1] == server && queues[1] != "00000000" {
+					queued = true
+				}
+			}
+		}
+		if seen < 2 {
+			t.Fatalf("connection %s -> %s not found in /proc/net/tcp (%d sides)", me, server, seen)
+		}
+		if !queued {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Coordinator did not read the bytes sent on %s within 30 s", me)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // startRequest writes a request's headers, declaring a body of length
 // bytes, and the first bytes of the body.
 func (rc *rawConn) startRequest(t *testing.T, method, path string, length int64, first []byte, header ...string) {
@@ -444,6 +491,7 @@ func TestBusyBodiesGet503(t *testing.T) {
 		if _, err := conns[0].Write(rest[:len(rest)-1]); err != nil {
 			t.Fatal(err)
 		}
+		conns[0].waitDelivered(t)
 		pending("the first request", answers[0])
 		// A second from the same address does not fit its share.
 		conns[1].Write(rest)
@@ -453,6 +501,7 @@ func TestBusyBodiesGet503(t *testing.T) {
 		if _, err := other.Write(rest[:len(rest)-1]); err != nil {
 			t.Fatal(err)
 		}
+		other.waitDelivered(t)
 		pending("a large body from another address", otherAnswer)
 		// A third address finds the budget taken.
 		third, thirdAnswer := start("127.0.0.3")
