@@ -176,7 +176,12 @@ func Activate(ctx context.Context, opts Options) (*Parameters, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	// P-256, not the P-384 of MarbleRun's premain: the key only proves
+	// the Marble's TLS connection (its certificate is what the quote
+	// covers; the Coordinator makes the Marble's certificate key itself),
+	// and a P-256 signature costs the Marble and the Coordinator's check
+	// of it a fraction of a P-384 one (docs/performance.md).
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("marble: generating the key: %w", err)
 	}

@@ -119,8 +119,8 @@ func TestActivateSimulation(t *testing.T) {
 	if err := cert.CheckSignature(cert.SignatureAlgorithm, cert.RawTBSCertificate, cert.Signature); err != nil {
 		t.Errorf("certificate is not self-signed: %v", err)
 	}
-	if pub, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P384() {
-		t.Errorf("certificate key %T, want ECDSA P-384", cert.PublicKey)
+	if pub, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P256() {
+		t.Errorf("certificate key %T, want ECDSA P-256", cert.PublicKey)
 	}
 	if now := time.Now(); now.Before(cert.NotBefore) || now.After(cert.NotAfter) {
 		t.Errorf("certificate valid %s to %s", cert.NotBefore, cert.NotAfter)

@@ -3,7 +3,7 @@
 // premain does (docs/design/behaviour.md#marble-side), for Marbles written in Go and for
 // premain binaries such as cmd/quarry-premain.
 //
-// Activate makes a fresh ECDSA P-384 key, a self-signed certificate and a
+// Activate makes a fresh ECDSA P-256 key, a self-signed certificate and a
 // CSR for it, obtains a quote over SHA-256 of the certificate from an
 // Issuer (none in simulation), loads or creates the Marble's UUID, and asks
 // the Coordinator over gRPC with TLS to activate the Marble, presenting the

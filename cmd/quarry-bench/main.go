@@ -96,6 +96,7 @@ Flags:
 	fs.StringVar(&o.MeshAddr, "mesh-addr", "", "activate at the Marble API of a running Coordinator (or MarbleRun) at `host:port`; it must be in simulation mode (the quotes are empty)")
 	fs.StringVar(&o.MarbleType, "marble-type", "", "with -mesh-addr: the Marble `type` to activate as")
 	fs.BoolVar(&o.ActivateReconnect, "activate-reconnect", false, "activate: a new connection (TLS handshake) for every activation, as real Marbles do, instead of one per Marble")
+	fs.StringVar(&o.ActivateKey, "activate-key", "p384", "activate: the curve of each Marble's TLS key: p384 (as MarbleRun's premain makes it) or p256 (as Quarry's runtime, package marble and quarry-premain, makes it)")
 	fs.BoolVar(&o.ActivateResume, "activate-resume", false, "with -activate-reconnect: each Marble resumes its TLS session (a returning Marble) instead of a full handshake (a newly started one)")
 	fs.BoolVar(&o.Insecure, "insecure", false, "with -addr: do not verify the Coordinator's certificate")
 	fs.StringVar(&o.CACert, "cacert", "", "with -addr: trust this PEM root `file` (instead of -insecure)")

@@ -33,6 +33,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"-coordinator-bin", "x", "extra"}, "unexpected arguments: extra"},
 		{[]string{"-no-such-flag"}, "flag provided but not defined"},
 		{[]string{"-coordinator-bin", "x", "-activate-resume"}, "-activate-resume needs -activate-reconnect"},
+		{[]string{"-coordinator-bin", "x", "-activate-key", "p521"}, `-activate-key "p521": want p384 (MarbleRun's premain) or p256 (Quarry's runtime)`},
 		{[]string{"-print-manifest", "nope"}, `-print-manifest: unknown Marble type "nope"`},
 	}
 	for _, tt := range tests {

@@ -402,7 +402,7 @@ func TestPinConfigErrors(t *testing.T) {
 	if err := os.WriteFile(notPEM, a.Root.Raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := x509.ParseCertificate(a.MarbleTLSCertificate().Certificate[0])
+	serving, err := x509.ParseCertificate(a.MarbleTLSCertificate().Certificate[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,8 +417,10 @@ func TestPinConfigErrors(t *testing.T) {
 			[]string{"QUARRY_COORDINATOR_ROOT: ", "holds 0 PEM certificates"}},
 		{"root file with the chain", []string{"QUARRY_COORDINATOR_ROOT=" + writePEM(t, filepath.Join(dir, "chain.pem"), a.Intermediate, a.Root)},
 			[]string{"QUARRY_COORDINATOR_ROOT: ", "holds 2 PEM certificates", "alone"}},
-		{"root file holding the Marble Root", []string{"QUARRY_COORDINATOR_ROOT=" + writePEM(t, filepath.Join(dir, "marbleroot.pem"), leaf)},
+		{"root file holding the Marble Root", []string{"QUARRY_COORDINATOR_ROOT=" + writePEM(t, filepath.Join(dir, "marbleroot.pem"), a.MarbleRoot)},
 			[]string{"QUARRY_COORDINATOR_ROOT: ", "Marble Root", "MARBLE_PREDEFINED_COORDINATOR_ROOT_CA"}},
+		{"root file holding the Marble API's serving certificate", []string{"QUARRY_COORDINATOR_ROOT=" + writePEM(t, filepath.Join(dir, "serving.pem"), serving)},
+			[]string{"QUARRY_COORDINATOR_ROOT: ", "not a self-signed CA certificate", "pin the Coordinator root"}},
 		{"both pins", []string{"QUARRY_COORDINATOR_ROOT=" + writePEM(t, filepath.Join(dir, "root.pem"), a.Root),
 			"QUARRY_COORDINATOR_ROOT_SHA256=" + strings.Repeat("ab", 32)},
 			[]string{"QUARRY_COORDINATOR_ROOT: ", "set one"}},

@@ -92,8 +92,8 @@ func TestRunServesBothAPIs(t *testing.T) {
 	}
 	got := conn.ConnectionState().PeerCertificates
 	conn.Close()
-	if want := a.core.MarbleTLSCertificate().Leaf; len(got) != 3 || !got[0].Equal(want) {
-		t.Fatal("the marble API does not present the Marble Root with its chain")
+	if want := a.core.MarbleTLSCertificate().Leaf; len(got) != 4 || !got[0].Equal(want) || got[1].Subject.CommonName != "MarbleRun Coordinator - Intermediate CA" {
+		t.Fatal("the marble API does not present its serving certificate and the Marble Root with its chain")
 	}
 	conn, err = tls.Dial("tcp", clientAddr, &tls.Config{InsecureSkipVerify: true})
 	if err != nil {

@@ -61,7 +61,8 @@ type Authority struct {
 	IntermediateKey *ecdsa.PrivateKey
 	MarbleRoot      *x509.Certificate
 
-	tlsCert *tls.Certificate
+	tlsCert   *tls.Certificate
+	marbleTLS *marbleTLS
 }
 
 // New creates a fresh root, intermediate and Marble root (ECDSA P-384) whose
@@ -171,6 +172,7 @@ func create(rand io.Reader, tmpl, parent *x509.Certificate, pub crypto.PublicKey
 }
 
 func (a *Authority) init() {
+	a.marbleTLS = &marbleTLS{}
 	a.tlsCert = &tls.Certificate{
 		Certificate: [][]byte{a.Root.Raw},
 		PrivateKey:  a.RootKey,

@@ -135,6 +135,10 @@ type ActivateConfig struct {
 	// to the Coordinator); without it every handshake is a full one, as a
 	// newly started Marble's.
 	Resume bool
+	// KeyP256 makes each Marble's TLS key ECDSA P-256, as Quarry's Marble
+	// runtime (package marble, quarry-premain) makes it; without it the
+	// key is P-384, as MarbleRun's premain makes it.
+	KeyP256 bool
 }
 
 // maxActivationAnswer bounds an activation answer (the rendered Files and
@@ -199,10 +203,14 @@ type activateMarble struct {
 }
 
 // newActivateMarble makes a Marble's identity as a premain does: a P-384
-// key, a self-signed certificate for TLS (the one a quote would cover), a
+// key (P-256 with KeyP256, as Quarry's runtime), a self-signed certificate for TLS (the one a quote would cover), a
 // CSR with the same SANs, a random UUID; the quote is empty (simulation).
 func newActivateMarble(cfg ActivateConfig, dials *atomic.Int64) (*activateMarble, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	curve := elliptic.P384()
+	if cfg.KeyP256 {
+		curve = elliptic.P256()
+	}
+	key, err := ecdsa.GenerateKey(curve, rand.Reader)
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +390,7 @@ func meshAddrFromLog(log string) (string, error) {
 }
 
 // activateRequest describes the activate scenario's request in the report.
-func activateRequest(marbleType, desc string, reconnect, resume bool) string {
+func activateRequest(marbleType, desc string, reconnect, resume, p256 bool) string {
 	conn := "one connection per Marble"
 	switch {
 	case reconnect && resume:
@@ -390,7 +398,11 @@ func activateRequest(marbleType, desc string, reconnect, resume bool) string {
 	case reconnect:
 		conn = "a new connection per activation"
 	}
-	s := fmt.Sprintf("gRPC /rpc.Marble/Activate, Marble type %q, %s", marbleType, conn)
+	key := "P-384 Marble keys (MarbleRun's premain)"
+	if p256 {
+		key = "P-256 Marble keys (Quarry's runtime)"
+	}
+	s := fmt.Sprintf("gRPC /rpc.Marble/Activate, Marble type %q, %s, %s", marbleType, conn, key)
 	if desc != "" {
 		s += ", " + desc
 	}
@@ -411,11 +423,12 @@ func (b *bench) activate(ctx context.Context, name, addr, marbleType, desc strin
 		Timeout:    o.Timeout,
 		Reconnect:  o.ActivateReconnect,
 		Resume:     o.ActivateResume,
+		KeyP256:    o.ActivateKey == "p256",
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	b.rep.Scenarios = append(b.rep.Scenarios, loadResult(name, activateRequest(marbleType, desc, o.ActivateReconnect, o.ActivateResume), res))
+	b.rep.Scenarios = append(b.rep.Scenarios, loadResult(name, activateRequest(marbleType, desc, o.ActivateReconnect, o.ActivateResume, o.ActivateKey == "p256"), res))
 	return nil
 }
 

@@ -59,6 +59,9 @@ type Options struct {
 	// ActivateResume, with ActivateReconnect, resumes each Marble's TLS
 	// session (ActivateConfig.Resume).
 	ActivateResume bool
+	// ActivateKey is the curve of the Marbles' TLS keys: "p384" (the
+	// default, as MarbleRun's premain) or "p256" (as Quarry's runtime).
+	ActivateKey string
 
 	// For Addr: Insecure skips server verification, else CACert (a PEM
 	// file) is the trusted root. CertFile and KeyFile are the client
@@ -126,6 +129,9 @@ func (o *Options) check() ([]string, error) {
 	}
 	if o.ActivateResume && !o.ActivateReconnect {
 		errs = append(errs, errors.New("-activate-resume needs -activate-reconnect (a kept connection has nothing to resume)"))
+	}
+	if o.ActivateKey != "" && o.ActivateKey != "p384" && o.ActivateKey != "p256" {
+		errs = append(errs, fmt.Errorf("-activate-key %q: want p384 (MarbleRun's premain) or p256 (Quarry's runtime)", o.ActivateKey))
 	}
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		errs = append(errs, errors.New("-cert and -key go together"))

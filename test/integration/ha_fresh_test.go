@@ -2,23 +2,43 @@ package integration
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"net/http"
 	"testing"
 
 	"github.com/quarry-cc/quarry/internal/store/etcdstore/etcdtest"
 )
 
-// presented returns the first certificate addr presents in a TLS handshake
+// presented returns the certificates addr presents in a TLS handshake
 // (the Marble API asks for a client certificate only after the server's
 // Finished in TLS 1.3, so none is needed to see its certificate).
-func presented(t *testing.T, addr string) []byte {
+func presented(t *testing.T, addr string) []*x509.Certificate {
 	t.Helper()
 	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	return conn.ConnectionState().PeerCertificates[0].Raw
+	return conn.ConnectionState().PeerCertificates
+}
+
+// presentedRoot is the root the Client API at addr presents (its only
+// certificate).
+func presentedRoot(t *testing.T, addr string) []byte {
+	t.Helper()
+	return presented(t, addr)[0].Raw
+}
+
+// presentedMarbleRoot is the Marble Root the Marble API at addr presents:
+// the certificate after the serving certificate (each instance makes its
+// own) that the root certifies as a CA.
+func presentedMarbleRoot(t *testing.T, addr string) []byte {
+	t.Helper()
+	chain := presented(t, addr)
+	if len(chain) != 4 || !chain[0].IsCA || chain[0].CheckSignatureFrom(chain[3]) != nil || chain[1].Subject.CommonName != "MarbleRun Coordinator - Intermediate CA" {
+		t.Fatalf("the Marble API at %s presents %d certificates, want its serving certificate (a CA certified by the root), the Marble Root, the intermediate and the root", addr, len(chain))
+	}
+	return chain[1].Raw
 }
 
 // TestHAHandshakePresentsTheNewestState: right after a change acknowledged
@@ -32,9 +52,9 @@ func TestHAHandshakePresentsTheNewestState(t *testing.T) {
 	a, b := startCoordinator(t, "", env...), startCoordinator(t, "", env...)
 	s := &updateSetup{c: a, f: newFixture(t), clients: map[string]*http.Client{}}
 	s.raw = s.f.bytes(t)
-	before := presented(t, b.addr)
+	before := presentedRoot(t, b.addr)
 	expect(t, setManifest(t, a, a.client(nil, nil), s.raw), http.StatusOK, "success")
-	if got := presented(t, b.addr); string(got) != string(presented(t, a.addr)) {
+	if got := presentedRoot(t, b.addr); string(got) != string(presentedRoot(t, a.addr)) {
 		t.Fatalf("right after the manifest set on A, B presents another root (its own from before: %v)", string(got) == string(before))
 	}
 	alice := s.f.users["alice"].cert
@@ -42,7 +62,7 @@ func TestHAHandshakePresentsTheNewestState(t *testing.T) {
 	for svn := 3; svn < 11; svn++ {
 		// A package update makes a new Marble Root, the Marble API's certificate.
 		expect(t, s.post(t, "alice", "/api/v2/update", packageUpdate(svn)), http.StatusOK, "success")
-		if got, want := presented(t, b.meshAddr), presented(t, a.meshAddr); string(got) != string(want) {
+		if got, want := presentedMarbleRoot(t, b.meshAddr), presentedMarbleRoot(t, a.meshAddr); string(got) != string(want) {
 			t.Fatalf("right after package update %d on A, B's Marble API presents an older Marble Root", svn)
 		}
 	}

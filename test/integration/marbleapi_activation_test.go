@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
@@ -64,8 +65,10 @@ func TestMarbleAPIActivation(t *testing.T) {
 	if !a.coordRoot.Equal(coordRoot) {
 		t.Error("MARBLE_PREDEFINED_COORDINATOR_ROOT_CA is not the root of /api/v2/quote")
 	}
-	if len(presented) != 3 || !presented[0].Equal(a.marbleRoot) || !presented[1].Equal(inter) || !presented[2].Equal(coordRoot) {
-		t.Error("the Marble API does not present the Marble Root that MARBLE_PREDEFINED_ROOT_CA holds, followed by the intermediate and the root (docs/trust.md)")
+	if len(presented) != 4 || !presented[1].Equal(a.marbleRoot) || !presented[2].Equal(inter) || !presented[3].Equal(coordRoot) {
+		t.Error("the Marble API does not present its serving certificate, then the Marble Root that MARBLE_PREDEFINED_ROOT_CA holds, the intermediate and the root (docs/trust.md)")
+	} else if k, ok := presented[0].PublicKey.(*ecdsa.PublicKey); !ok || k.Curve != elliptic.P256() || !presented[0].IsCA || presented[0].CheckSignatureFrom(coordRoot) != nil {
+		t.Error("the Marble API's serving certificate is not a CA certificate for a P-256 key signed by the root (docs/trust.md)")
 	}
 	// The Marble Root shares the intermediate's key and subject.
 	if !bytes.Equal(a.marbleRoot.RawSubject, inter.RawSubject) || !a.marbleRoot.PublicKey.(*ecdsa.PublicKey).Equal(inter.PublicKey) {
@@ -244,8 +247,8 @@ func TestMarbleAPIPresentsNewMarbleRootAfterUpdate(t *testing.T) {
 	if renewed.marbleRoot.Equal(old.marbleRoot) {
 		t.Fatal("the package update did not renew the Marble Root")
 	}
-	if len(after) != 3 || !after[0].Equal(renewed.marbleRoot) || after[0].Equal(before[0]) || !after[2].Equal(before[2]) {
-		t.Fatal("the Marble API does not present the renewed Marble Root")
+	if len(after) != 4 || !after[1].Equal(renewed.marbleRoot) || after[1].Equal(before[1]) || after[0].Equal(before[0]) || !after[3].Equal(before[3]) {
+		t.Fatal("the Marble API does not present the renewed Marble Root (with a new serving certificate)")
 	}
 	if err := renewed.leaf.CheckSignatureFrom(renewed.marbleRoot); err != nil {
 		t.Fatalf("new leaf: %v", err)

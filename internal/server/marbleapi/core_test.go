@@ -88,22 +88,27 @@ func TestWithTheCore(t *testing.T) {
 	}
 	blk, _ := pem.Decode(env[core.EnvRootCA])
 	presented := p.AuthInfo.(credentials.TLSInfo).State.PeerCertificates
-	if blk == nil || len(presented) != 3 || !bytes.Equal(presented[0].Raw, blk.Bytes) {
-		t.Fatal("the server does not present the Marble Root that MARBLE_PREDEFINED_ROOT_CA holds, followed by its chain")
+	if blk == nil || len(presented) != 4 || !bytes.Equal(presented[1].Raw, blk.Bytes) {
+		t.Fatal("the server does not present its serving certificate, then the Marble Root that MARBLE_PREDEFINED_ROOT_CA holds and its chain")
 	}
-	// Then the intermediate and the root (docs/trust.md).
+	// Then the intermediate and the root (docs/trust.md); the serving
+	// certificate, whose key the handshake proved, is a CA signed by the
+	// root key.
 	rootBlk, _ := pem.Decode(env[core.EnvCoordinatorRoot])
-	if rootBlk == nil || !bytes.Equal(presented[2].Raw, rootBlk.Bytes) || presented[1].CheckSignatureFrom(presented[2]) != nil {
+	if rootBlk == nil || !bytes.Equal(presented[3].Raw, rootBlk.Bytes) || presented[2].CheckSignatureFrom(presented[3]) != nil {
 		t.Fatal("the server's chain does not end in the intermediate and the root of MARBLE_PREDEFINED_COORDINATOR_ROOT_CA")
 	}
-	// The server's key is the intermediate key, which signed the Marble's
-	// certificate: the leaf verifies against the presented certificate.
+	if !presented[0].IsCA || presented[0].CheckSignatureFrom(presented[3]) != nil {
+		t.Fatal("the serving certificate is not a CA certificate signed by the root key")
+	}
+	// The Marble's certificate is signed with the intermediate key: it
+	// verifies against the Marble Root.
 	leafBlk, _ := pem.Decode(env[core.EnvCertificateChain])
 	leaf, err := x509.ParseCertificate(leafBlk.Bytes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := leaf.CheckSignatureFrom(presented[0]); err != nil {
+	if err := leaf.CheckSignatureFrom(presented[1]); err != nil {
 		t.Fatalf("the Marble's certificate does not verify against the presented Marble Root: %v", err)
 	}
 }
