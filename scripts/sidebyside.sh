@@ -22,6 +22,10 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
 MARBLES=${MARBLES:-32}
 USERS=${USERS:-32}
+# PIN=1 runs each Coordinator on CPU 0 and quarry-bench on the others
+# (taskset), so that a rate is the Coordinator's own capacity rather than
+# what the two share; needs 2 CPUs or more.
+PIN=${PIN:-0}
 MR_VERSION=${MR_VERSION:-v1.9.1}
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -64,7 +68,7 @@ start() {
 	EDG_COORDINATOR_CLIENT_ADDR=127.0.0.1:$client EDG_COORDINATOR_MESH_ADDR=127.0.0.1:$meshport \
 		EDG_COORDINATOR_SEAL_DIR=$dir/seal EDG_COORDINATOR_DNS_NAMES=localhost,127.0.0.1 \
 		QUARRY_CLIENT_MAX_PER_SOURCE=1000000 QUARRY_MESH_MAX_CONNECTIONS=65536 QUARRY_MESH_MAX_CONNECTIONS_PER_SOURCE=65536 \
-		"$1" >"$dir/log" 2>&1 &
+		"${coordpin[@]}" "$1" >"$dir/log" 2>&1 &
 	pid=$!
 	addr=127.0.0.1:$client
 	mesh=127.0.0.1:$meshport
@@ -91,6 +95,12 @@ s = json.load(sys.stdin)["scenarios"][0]
 print("failed" if s.get("errors") or s.get("non2xx") else round(s["requestsPerSecond"], 1))'
 }
 
+coordpin=() benchpin=()
+if [ "$PIN" = 1 ]; then
+	coordpin=(taskset -c 0)
+	benchpin=(taskset -c "1-$(($(nproc) - 1))")
+fi
+
 results="$work/results"
 : >"$results"
 for round in $(seq "$ROUNDS"); do
@@ -99,23 +109,28 @@ for round in $(seq "$ROUNDS"); do
 		[ "$variant" = B ] && bin="$mr"
 		start "$bin"
 		curl -sfk --data-binary "@$work/activate.json" "https://$addr/manifest" >/dev/null
-		for mode in kept reconnect resume; do
+		# -p256: the Marbles' TLS keys are P-256, as Quarry's runtime makes
+		# them (without: P-384, as MarbleRun's premain makes them).
+		for mode in kept reconnect resume kept-p256 reconnect-p256; do
 			flags=()
-			[ "$mode" = reconnect ] && flags=(-activate-reconnect)
-			[ "$mode" = resume ] && flags=(-activate-reconnect -activate-resume)
-			r=$("$work/bench" -mesh-addr "$mesh" -marble-type bench-shared -c "$MARBLES" -d "$DURATION" "${flags[@]}" -json 2>/dev/null | rate)
+			case "$mode" in
+			reconnect*) flags=(-activate-reconnect) ;;
+			resume) flags=(-activate-reconnect -activate-resume) ;;
+			esac
+			[ "${mode%-p256}" != "$mode" ] && flags+=(-activate-key p256)
+			r=$("${benchpin[@]}" "$work/bench" -mesh-addr "$mesh" -marble-type bench-shared -c "$MARBLES" -d "$DURATION" "${flags[@]}" -json 2>/dev/null | rate)
 			echo "$round $variant activate-$mode $r" | tee -a "$results"
 		done
 		stop
 		start "$bin"
-		r=$("$work/bench" -addr "$addr" -insecure -scenarios upload-concurrent -c "$USERS" -d "$DURATION" -json 2>/dev/null | rate)
+		r=$("${benchpin[@]}" "$work/bench" -addr "$addr" -insecure -scenarios upload-concurrent -c "$USERS" -d "$DURATION" -json 2>/dev/null | rate)
 		echo "$round $variant upload-concurrent $r" | tee -a "$results"
 		stop
 	done
 done
 
 echo
-echo "medians of $ROUNDS rounds, per second ($MARBLES Marbles, $USERS users, $DURATION each; $(nproc) CPUs):"
+echo "medians of $ROUNDS rounds, per second ($MARBLES Marbles, $USERS users, $DURATION each; $(nproc) CPUs; PIN=$PIN):"
 python3 - "$results" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]

@@ -23,10 +23,11 @@ import (
 	"github.com/quarry-cc/quarry/internal/store/memstore"
 )
 
-// marbleIdentity is a Marble's P-384 key with its self-signed client
-// certificate and CSR, as a premain makes them.
-func marbleIdentity(b *testing.B) (*tls.Config, []byte) {
-	key, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+// marbleIdentity is a Marble's key on curve with its self-signed client
+// certificate and CSR, as a premain makes them (MarbleRun's: P-384;
+// Quarry's: P-256).
+func marbleIdentity(b *testing.B, curve elliptic.Curve) (*tls.Config, []byte) {
+	key, err := ecdsa.GenerateKey(curve, rand.Reader)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -43,17 +44,38 @@ func marbleIdentity(b *testing.B) (*tls.Config, []byte) {
 	return &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, csr
 }
 
+// marbleKeys are the curves of a Marble's TLS key: MarbleRun's premain
+// makes P-384 keys, Quarry's runtime P-256.
+var marbleKeys = []struct {
+	name  string
+	curve elliptic.Curve
+}{{"marble=p384", elliptic.P384()}, {"marble=p256", elliptic.P256()}}
+
 // BenchmarkHandshake measures one full TLS handshake of the Marble API as a
 // Marble makes it (a new process: no session to resume), with the
-// Coordinator's real certificate (ECDSA P-384 Marble root) and a Marble's
-// P-384 client certificate, both ends in this process.
+// Coordinator's real certificate (its P-256 serving key; "server=p384":
+// the P-384 intermediate key, as before) and a Marble's P-384 or P-256
+// client certificate, both ends in this process.
 func BenchmarkHandshake(b *testing.B) {
 	auth, err := ca.New(rand.Reader, ca.Names{}, time.Now())
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := TLSConfig(auth.MarbleTLSCertificate)
-	client, _ := marbleIdentity(b)
+	old := &tls.Certificate{Certificate: [][]byte{auth.MarbleRoot.Raw, auth.Intermediate.Raw, auth.Root.Raw}, PrivateKey: auth.IntermediateKey}
+	for _, server := range []struct {
+		name string
+		cert func() *tls.Certificate
+	}{{"server=p256", auth.MarbleTLSCertificate}, {"server=p384", func() *tls.Certificate { return old }}} {
+		for _, k := range marbleKeys {
+			b.Run(server.name+"/"+k.name, func(b *testing.B) {
+				benchHandshake(b, TLSConfig(server.cert), k.curve)
+			})
+		}
+	}
+}
+
+func benchHandshake(b *testing.B, srv *tls.Config, curve elliptic.Curve) {
+	client, _ := marbleIdentity(b, curve)
 	for b.Loop() {
 		c, s := net.Pipe()
 		done := make(chan error, 1)
@@ -90,21 +112,28 @@ func BenchmarkActivate(b *testing.B) {
 	srv := New(c, c.MarbleTLSCertificate, Options{})
 	go srv.Serve(ln)
 	b.Cleanup(func() { srv.Shutdown(ctx) })
-	cfg, csr := marbleIdentity(b)
-	req := &marblepb.ActivationReq{CSR: csr, MarbleType: "m", UUID: "6ba7b810-9dad-41d1-80b4-00c04fd430c8"}
-	dial := func() *grpc.ClientConn {
-		cc, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-		if err != nil {
-			b.Fatal(err)
+	for _, k := range marbleKeys {
+		cfg, csr := marbleIdentity(b, k.curve)
+		req := &marblepb.ActivationReq{CSR: csr, MarbleType: "m", UUID: "6ba7b810-9dad-41d1-80b4-00c04fd430c8"}
+		dial := func() *grpc.ClientConn {
+			cc, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return cc
 		}
-		return cc
+		benchActivate(b, k.name, dial, req)
 	}
+}
+
+func benchActivate(b *testing.B, key string, dial func() *grpc.ClientConn, req *marblepb.ActivationReq) {
+	ctx := context.Background()
 	for _, reconnect := range []bool{false, true} {
 		name := "kept"
 		if reconnect {
 			name = "reconnect"
 		}
-		b.Run(name, func(b *testing.B) {
+		b.Run(key+"/"+name, func(b *testing.B) {
 			kept := dial()
 			defer kept.Close()
 			for b.Loop() {
