@@ -315,7 +315,7 @@ func (a *App) Run(ctx context.Context) error {
 	srv := &http.Server{
 		Handler:           g.clientHandler(),
 		TLSConfig:         rest.TLSConfig(g.clientCertificate),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: clientHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       2 * time.Minute,

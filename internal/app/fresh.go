@@ -15,11 +15,23 @@ type syncer interface {
 	Sync(ctx context.Context) error
 }
 
-// handshakeReloadWait bounds how long a handshake waits for its sync: the
-// sync itself gives up within the store timeout when the store is away,
-// but reloading a newer, large state while the store answers may take
-// longer, and the handshake must then present that state's certificate.
+// handshakeReloadWait bounds one sync started for handshakes: the sync
+// itself gives up within the store timeout when the store is away, but
+// reloading a newer, large state while the store answers may take longer.
 const handshakeReloadWait = 30 * time.Second
+
+// handshakeSyncWait bounds how long a handshake waits for that sync. It is
+// below both APIs' handshake timeouts (10 s: the Client API's header
+// timeout, which net/http applies to the handshake, and the Marble API's
+// handshake timeout), so that a reload slower than that does not end in a
+// connection closed without an answer: the handshake then presents the
+// certificate the instance has, and every request over it waits for the
+// reload (syncing) or is refused with 503.
+var handshakeSyncWait = 8 * time.Second
+
+// clientHeaderTimeout bounds a Client API request's headers; net/http
+// applies it to the TLS handshake too.
+const clientHeaderTimeout = 10 * time.Second
 
 // freshness coalesces the syncs of concurrent TLS handshakes: a handshake
 // waits for a sync that STARTED after it arrived (so that it sees every
@@ -85,8 +97,10 @@ func (f *freshness) sync(ctx context.Context) error {
 		r := &syncRound{done: make(chan struct{})}
 		f.running = r
 		f.mu.Unlock()
-		f.run(r)
-		return r.err
+		// In its own goroutine with its own deadline, so that this
+		// caller, like those who join, waits no longer than its ctx.
+		go f.run(r)
+		return wait(ctx, r)
 	}
 }
 
@@ -157,9 +171,11 @@ func (f *freshness) wait() time.Duration {
 // handshake first brings this instance up to the stored state: a handshake
 // that starts after a change was acknowledged by any instance presents the
 // certificates of that state or a newer one (docs/ha.md). When the store
-// does not answer within the store timeout the certificate this
-// instance has is presented; every request over the connection is then
-// checked again (syncing) and refused with 503 while the store is away.
+// does not answer within the store timeout, or reloading a newer state
+// takes longer than handshakeSyncWait, the certificate this instance has
+// is presented; every request over the connection is then checked again
+// (syncing): it waits for the reload, or is refused with 503 while the
+// store is away.
 func freshCertificate(f *freshness, cert func() *tls.Certificate) func() *tls.Certificate {
 	if f == nil {
 		return cert
@@ -171,9 +187,9 @@ func freshCertificate(f *freshness, cert func() *tls.Certificate) func() *tls.Ce
 			// until it answers.
 			return cert()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), handshakeReloadWait)
+		ctx, cancel := context.WithTimeout(context.Background(), handshakeSyncWait)
 		defer cancel()
-		f.sync(ctx) // an error: the store is away; see above
+		f.sync(ctx) // an error: the store is away, or a reload takes longer; see above
 		return cert()
 	}
 }

@@ -2,11 +2,14 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quarry-cc/quarry/internal/server/marbleapi"
 )
 
 // countingSyncer is a store sync that takes as long as the test says and
@@ -190,5 +193,35 @@ func TestFreshnessFailurePassesToTheWaitingRound(t *testing.T) {
 	}
 	if n := s.runs(); n != 1 {
 		t.Fatalf("%d syncs, want 1", n)
+	}
+}
+
+// TestHandshakeGoesOnDuringASlowReload: a handshake waits for a sync (a
+// reload of a large state) at most handshakeSyncWait, which is below both
+// APIs' handshake timeouts, and then presents the certificate it has,
+// instead of holding the handshake until the server closes the connection.
+func TestHandshakeGoesOnDuringASlowReload(t *testing.T) {
+	if handshakeSyncWait >= clientHeaderTimeout || handshakeSyncWait >= marbleapi.DefaultHandshakeTimeout {
+		t.Fatalf("a handshake waits up to %v for its sync, not below the handshake timeouts (%v, %v)", handshakeSyncWait, clientHeaderTimeout, marbleapi.DefaultHandshakeTimeout)
+	}
+	saved := handshakeSyncWait
+	handshakeSyncWait = 50 * time.Millisecond
+	defer func() { handshakeSyncWait = saved }()
+	blocked := &countingSyncer{release: make(chan struct{})}
+	defer close(blocked.release)
+	cert := &tls.Certificate{Certificate: [][]byte{{1}}}
+	get := freshCertificate(&freshness{s: blocked}, func() *tls.Certificate { return cert })
+	done := make(chan *tls.Certificate, 1)
+	go func() { done <- get() }()
+	select {
+	case got := <-done:
+		if got != cert {
+			t.Fatal("the handshake got another certificate")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handshake still waits for the reload")
+	}
+	if blocked.runs() != 1 {
+		t.Fatalf("%d syncs, want the one the handshake started", blocked.runs())
 	}
 }
