@@ -22,7 +22,11 @@ func build(t *testing.T, dir string, pkgs ...string) []string {
 	var bins []string
 	for _, pkg := range pkgs {
 		bin := filepath.Join(dir, filepath.Base(pkg))
-		out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
+		// Static and -trimpath, as the Dockerfile builds: one build
+		// configuration besides the race detector's.
+		cmd := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 		}

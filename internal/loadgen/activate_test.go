@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -417,7 +418,11 @@ func TestBenchActivateStarted(t *testing.T) {
 		t.Skip("builds and runs the Coordinator")
 	}
 	bin := filepath.Join(t.TempDir(), "coordinator")
-	build := exec.Command("go", "build", "-o", bin, "github.com/quarry-cc/quarry/cmd/coordinator")
+	// Static and -trimpath, as the Dockerfile builds (deploy/container's
+	// test builds the same packages that way): one build configuration
+	// besides the race detector's, so the build cache serves both.
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/quarry-cc/quarry/cmd/coordinator")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the coordinator: %v\n%s", err, out)
 	}

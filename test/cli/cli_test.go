@@ -52,8 +52,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator),
+	// Static and -trimpath, as the Dockerfile builds (deploy/container's
+	// test builds the same packages that way): one build configuration
+	// besides the race detector's, so the build cache serves both.
+	build := exec.Command("go", "build", "-trimpath", "-o", dir+string(os.PathSeparator),
 		"github.com/quarry-cc/quarry/cmd/quarry", "github.com/quarry-cc/quarry/cmd/coordinator")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building quarry and the coordinator:", err)
