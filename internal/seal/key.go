@@ -65,3 +65,24 @@ func (SimulationKeySealer) UnsealKey(sealed, _ []byte) ([]byte, error) {
 	}
 	return append([]byte{}, sealed...), nil
 }
+
+// ModeReporter is implemented by a KeySealer that can tell the seal mode a
+// key it sealed is sealed in. Ask it through SealedIn.
+type ModeReporter interface {
+	// SealedIn reports whether sealed, which UnsealKey opened, is sealed
+	// as SealKey seals a key in mode.
+	SealedIn(sealed []byte, mode string) bool
+}
+
+// SealedIn reports whether sealed, which s unsealed, is sealed as
+// s.SealKey seals in mode: a key file entry that already is needs no
+// sealing again. False when s cannot tell.
+func SealedIn(s KeySealer, sealed []byte, mode string) bool {
+	if r, ok := s.(ModeReporter); ok {
+		return r.SealedIn(sealed, mode)
+	}
+	return false
+}
+
+// SealedIn is true: the simulation sealer seals the same way in every mode.
+func (SimulationKeySealer) SealedIn([]byte, string) bool { return true }
