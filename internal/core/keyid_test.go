@@ -60,7 +60,10 @@ func TestCommitsThatKeepTheKeyWriteOnlySealedData(t *testing.T) {
 				op   func() error
 				want string
 			}{
-				{"first manifest", func() error { _, err := e.c.SetManifest(ctx, w.manifest(manifestOpts{recoveryKeys: []int{0}, threshold: 1})); return err }, "[key data]"},
+				{"first manifest", func() error {
+					_, err := e.c.SetManifest(ctx, w.manifest(manifestOpts{recoveryKeys: []int{0}, threshold: 1}))
+					return err
+				}, "[key data]"},
 				{"upload", func() error { return upload("1") }, "[data]"},
 				{"upload after a restart", func() error { e.open(t); e.watch(); return upload("2") }, "[data]"},
 				{"update keeping the key", func() error {
