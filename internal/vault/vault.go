@@ -12,15 +12,35 @@
 // instances on a shared store are kept apart by the store's
 // compare-and-swap on both revisions.
 //
-// What survives which crash (two stores, the file store):
+// What is written (two stores, the file store). The blob names its data
+// key in its authenticated header (seal.HeaderKeyIDField); a key file
+// entry is bound either to a key ID (it opens every blob that names that
+// key and decrypts under it) or to one blob (its SHA-256: blobs that name
+// no key, written before key IDs, or MarbleRun's). A commit of blob under
+// data key K in seal mode m:
 //
-//  1. the key file is written with the new data key bound to the new blob
-//     AND the current data key bound to the blob still stored;
-//  2. the blob is written.
+//   - when the key file holds exactly one entry, K sealed in m bound to
+//     K's key ID, and both the stored blob and the new one name K: only
+//     the blob is written (one atomic write);
+//   - otherwise: 1. the key file is written with K (bound to its key ID
+//     when the new blob names it, else to the new blob) AND, unless that
+//     entry already opens the stored blob, the current data key bound to
+//     the stored blob (its key ID when it names one, else the blob itself);
+//     2. the blob is written. That is the first state, a new data key, a
+//     new seal mode, a key file with a second entry (the commit after a
+//     key change drops it), and a key file of format version 1 (converted
+//     by its first commit).
 //
-// A crash (or failure) before or during 1 leaves the old pair; after 1 and
+// A stored blob that was never opened (recovery, a state being replaced)
+// gets no entry, and K is bound to the new blob alone when an entry bound
+// to its key ID would open the stored blob: no key file opens a state the
+// Coordinator did not open before its replacement is stored.
+//
+// What survives which crash: before or during 1 the old pair; after 1 and
 // before 2 completes, the old blob with a key file that still opens it;
-// after 2, the new pair. Commit returns nil only when both are stored. On
+// after 2, the new pair; with the blob alone, the old or the new blob,
+// both opened by the unchanged key file. Commit returns nil only when the
+// new blob is stored with a key file that opens it. On
 // an error the stores hold the old state again, or the error wraps
 // ErrUnconfirmed (the new state is stored and could not be replaced: the
 // caller publishes it), or ErrOutcomeUnknown (the stores could not be read
@@ -29,7 +49,9 @@
 // the Vault never sees half a blob.
 //
 // On a shared store (SharedStore: etcd) both are written in one
-// compare-and-swap: a crash leaves the old pair or the new one. A lost
+// compare-and-swap at every commit (the key file as above, or with
+// per-instance entries, instancekeys.go): a crash leaves the old pair or
+// the new one. A lost
 // swap is store.ErrConflict and changes nothing; a failure whose outcome
 // the store does not tell is decided by reading back, then by the store's
 // history (HistoryStore). A state kept in chunks (ChunkStore) writes its
