@@ -265,7 +265,7 @@ func restore(ctx context.Context, dir string, a *Archive, force bool, now func()
 	// where both entries are version-1 entries. Step 2: the data. Step 3:
 	// the backup's own key file.
 	first := a.Key
-	twoKeys := curEntry != nil && !curEntry.Legacy && !newEntry.Legacy && curEntry.Binding != newEntry.Binding
+	twoKeys := curEntry != nil && !curEntry.Legacy && !newEntry.Legacy && (curEntry.Binding != newEntry.Binding || curEntry.ByKeyID != newEntry.ByKeyID)
 	if twoKeys {
 		if first, err = seal.EncodeKeyFile([]seal.KeyEntry{newEntry, *curEntry}); err != nil {
 			return res, err

@@ -425,6 +425,10 @@ func (c *Core) commit(ctx context.Context, st *sealedstate.State, header sealeds
 	}
 	cp := st.Log.Checkpoint
 	header.UpdateLog = &cp
+	// The header names the data key, so that the key file's entry bound
+	// to that key ID opens this blob and every later one of the same key:
+	// a commit that keeps the key writes only the blob (vault.Commit).
+	header.DataKeyID = seal.KeyIDText(dek)
 	plaintext, err := sealedstate.Encode(st)
 	if err != nil {
 		return err

@@ -259,14 +259,18 @@ func describePlain(t *testing.T, plaintext []byte) string {
 // of the first blob passed to Save of the data store (the operation's own
 // commit; later saves may only put the old blob back), and the stored
 // blob opened with a key the operation bound to it, if any. Each blob is
-// opened with a key bound to it.
+// opened with a key bound to it (to the blob itself, or to the key ID its
+// header names).
 func (e *faultEnv) attempted(t *testing.T, keyFiles map[[32]byte][]byte, old []byte) []string {
 	t.Helper()
 	var out []string
 	open := func(blob []byte) {
 		dek, ok := keyFiles[seal.Binding(blob)]
 		if !ok {
-			return
+			id, named := seal.BlobKeyID(blob)
+			if dek, ok = keyFiles[id]; !named || !ok {
+				return
+			}
 		}
 		_, pt, err := seal.Open(dek, blob)
 		if err != nil {
@@ -532,7 +536,8 @@ func runFault(t *testing.T, name string, w *faultWorld, tc faultCase, sealer sea
 }
 
 // addKeys unseals the entries of a key file and adds the keys by the
-// binding they are for (anything else is ignored).
+// binding they are for, a blob's SHA-256 or a key ID (anything else is
+// ignored).
 func addKeys(sealer seal.KeySealer, keyFile []byte, into map[[32]byte][]byte) {
 	entries, err := seal.DecodeKeyFile(keyFile)
 	if err != nil {
@@ -542,7 +547,7 @@ func addKeys(sealer seal.KeySealer, keyFile []byte, into map[[32]byte][]byte) {
 		if en.Legacy {
 			continue
 		}
-		if dek, err := sealer.UnsealKey(en.Sealed, en.Binding[:]); err == nil {
+		if dek, err := sealer.UnsealKey(en.Sealed, en.Binding[:]); err == nil && en.Holds(dek) {
 			into[en.Binding] = dek
 		}
 	}

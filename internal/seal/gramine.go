@@ -133,6 +133,17 @@ func (g GramineKeySealer) UnsealKey(sealed, binding []byte) ([]byte, error) {
 	return dek, nil
 }
 
+// SealedIn reports whether sealed names mode (its header, authenticated
+// when UnsealKey opened it) as its seal mode ("" is ProductKey).
+func (GramineKeySealer) SealedIn(sealed []byte, mode string) bool {
+	if len(sealed) < len(gramineMagic)+2 || string(sealed[:len(gramineMagic)]) != gramineMagic {
+		return false
+	}
+	m := int(sealed[len(gramineMagic)+1])
+	hdrEnd := len(gramineMagic) + 2 + m
+	return len(sealed) >= hdrEnd && string(sealed[len(gramineMagic)+2:hdrEnd]) == canonicalMode(mode)
+}
+
 // SealingKey reads the 16-byte SGX sealing key of mode from the Gramine
 // directory.
 func (g GramineKeySealer) SealingKey(mode string) ([]byte, error) {

@@ -6,10 +6,11 @@ import "fmt"
 // store in a key file entry, UnsealKey recovers the data key from them.
 // mode is the manifest's SealMode ("" = ProductKey, UniqueKey); a sealer
 // records it in what it returns, so that UnsealKey needs no mode.
-// binding is the SHA-256 of the sealed blob the entry opens (see
-// EncodeKeyFile; nil for a legacy entry); a sealer that can authenticate
-// additional data binds the sealed key to it, so that a key only opens with
-// the blob it was sealed for. An error from UnsealKey means the state cannot
+// binding is what the entry is bound to (see EncodeKeyFile): the SHA-256
+// of the sealed blob it opens, or the key ID of the data key (KeyID; every
+// blob sealed under it names it), nil for a legacy entry; a sealer that
+// can authenticate additional data binds the sealed key to it, so that a
+// key only opens for what it was sealed for. An error from UnsealKey means the state cannot
 // be opened here (the Coordinator then enters recovery mode; it does not
 // delete anything).
 type KeySealer interface {
@@ -65,3 +66,24 @@ func (SimulationKeySealer) UnsealKey(sealed, _ []byte) ([]byte, error) {
 	}
 	return append([]byte{}, sealed...), nil
 }
+
+// ModeReporter is implemented by a KeySealer that can tell the seal mode a
+// key it sealed is sealed in. Ask it through SealedIn.
+type ModeReporter interface {
+	// SealedIn reports whether sealed, which UnsealKey opened, is sealed
+	// as SealKey seals a key in mode.
+	SealedIn(sealed []byte, mode string) bool
+}
+
+// SealedIn reports whether sealed, which s unsealed, is sealed as
+// s.SealKey seals in mode: a key file entry that already is needs no
+// sealing again. False when s cannot tell.
+func SealedIn(s KeySealer, sealed []byte, mode string) bool {
+	if r, ok := s.(ModeReporter); ok {
+		return r.SealedIn(sealed, mode)
+	}
+	return false
+}
+
+// SealedIn is true: the simulation sealer seals the same way in every mode.
+func (SimulationKeySealer) SealedIn([]byte, string) bool { return true }

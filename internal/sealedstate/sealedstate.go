@@ -183,6 +183,11 @@ type Header struct {
 	// Recovery.Keys carry no share hashes and each upload is matched to
 	// its key by its signature.
 	MarbleRunShares []string `json:"marbleRunShares,omitempty"`
+	// DataKeyID names the data key the blob is sealed under: the hex of
+	// seal.KeyID, seal.HeaderKeyIDField. The key file binds the data key
+	// to it, so every blob of one key opens with the same key file entry
+	// (docs/sealing.md). Absent in a blob written before key IDs.
+	DataKeyID string `json:"dataKeyID,omitempty"`
 	// The update log's latest checkpoint (set at every commit), which
 	// `coordinator restore` reads without the data key
 	// (docs/update-log.md, "Restores").

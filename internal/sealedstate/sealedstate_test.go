@@ -142,3 +142,29 @@ func TestLogCounted(t *testing.T) {
 		t.Errorf("Counted: %d (original %d), want 5 (4)", n.CounterIncrements, l.CounterIncrements)
 	}
 }
+
+// The header's DataKeyID is the field seal reads to find the key file
+// entry of a blob (seal.HeaderKeyIDField); a header without it (written
+// before key IDs) encodes as before.
+func TestHeaderNamesTheDataKey(t *testing.T) {
+	dek := bytes.Repeat([]byte{9}, seal.KeySize)
+	hdr, err := EncodeHeader(Header{Format: Format, Recovery: recovery.Public{Mode: recovery.ModeNone}, DataKeyID: seal.KeyIDText(dek)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, err := seal.Seal(nil, dek, hdr, []byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := seal.BlobKeyID(blob); !ok || id != seal.KeyID(dek) {
+		t.Fatalf("seal.BlobKeyID of a header with DataKeyID = %x, %v", id, ok)
+	}
+	h, err := ReadHeader(blob)
+	if err != nil || h.DataKeyID != seal.KeyIDText(dek) {
+		t.Fatalf("ReadHeader = %+v, %v", h, err)
+	}
+	plain, _ := EncodeHeader(Header{Format: Format})
+	if bytes.Contains(plain, []byte(seal.HeaderKeyIDField)) {
+		t.Fatalf("a header without a key ID names one: %s", plain)
+	}
+}

@@ -44,6 +44,40 @@ func versions() []version {
 	}
 }
 
+// namedVersions is a sequence of sealed blobs whose headers name their
+// data key (seal.HeaderKeyIDField), after a first blob that names none (as
+// written before key IDs, with a key file bound to it): the conversion of
+// that key file, the commit that drops the converted entry, commits that
+// write only the blob, a new key, and a new seal mode of the same key.
+func namedVersions(t testing.TB) []version {
+	k1, k2 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	return []version{
+		{sealed(t, k1, "state 1, names no key", false), k1, "ProductKey"},
+		{sealed(t, k1, "state 2, converts the key file", true), k1, "ProductKey"},
+		{sealed(t, k1, "state 3, drops the old blob's entry", true), k1, "ProductKey"},
+		{sealed(t, k1, "state 4, the blob alone", true), k1, "ProductKey"},
+		{sealed(t, k2, "state 5, new key", true), k2, "ProductKey"},
+		{sealed(t, k2, "state 6, the blob alone", true), k2, "ProductKey"},
+		{sealed(t, k2, "state 7, new seal mode", true), k2, "UniqueKey"},
+		{sealed(t, k2, "state 8, the blob alone", true), k2, "UniqueKey"},
+	}
+}
+
+// sealed seals plaintext under dek with a JSON header that names dek's
+// key ID when named is set.
+func sealed(t testing.TB, dek []byte, plaintext string, named bool) []byte {
+	t.Helper()
+	hdr := []byte(`{"format":1}`)
+	if named {
+		hdr = []byte(`{"format":1,"` + seal.HeaderKeyIDField + `":"` + seal.KeyIDText(dek) + `"}`)
+	}
+	b, err := seal.Seal(nil, dek, hdr, []byte(plaintext))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func fileStores(t *testing.T, dir string) (data, key store.Store) {
 	t.Helper()
 	d, err := filestore.New(dir, "sealed_data")
@@ -103,26 +137,28 @@ func TestCommitSurvivesEveryFault(t *testing.T) {
 		{storetest.CrashBefore, false}, {storetest.CrashAfter, false},
 	}
 	sealers := map[string]seal.KeySealer{"simulation": seal.SimulationKeySealer{}, "gramine": gramineSealer(t)}
-	vs := versions()
+	sequences := map[string][]version{"opaque": versions(), "named": namedVersions(t)}
 	for sname, sealer := range sealers {
-		for i := range vs {
-			t.Run(fmt.Sprintf("%s/to %s", sname, vs[i].blob), func(t *testing.T) {
-				for k := 1; ; k++ {
-					fired := false
-					for _, m := range modes {
-						if commitWithFault(t, sealer, vs, i, k, m.mode, m.persistent) {
-							fired = true
+		for qname, vs := range sequences {
+			for i := range vs {
+				t.Run(fmt.Sprintf("%s/%s/to %d", sname, qname, i+1), func(t *testing.T) {
+					for k := 1; ; k++ {
+						fired := false
+						for _, m := range modes {
+							if commitWithFault(t, sealer, vs, i, k, m.mode, m.persistent) {
+								fired = true
+							}
+						}
+						if !fired {
+							if k == 1 {
+								t.Fatal("the commit writes nothing")
+							}
+							t.Logf("%d write steps", k-1)
+							return
 						}
 					}
-					if !fired {
-						if k == 1 {
-							t.Fatal("the commit writes nothing")
-						}
-						t.Logf("%d write steps", k-1)
-						return
-					}
-				}
-			})
+				})
+			}
 		}
 	}
 }
@@ -202,6 +238,9 @@ func commitWithFault(t *testing.T, sealer seal.KeySealer, vs []version, i, k int
 	// The process goes on: the next commit works and is what a restart
 	// opens (it first resolves what a failed write left).
 	then := version{[]byte(fmt.Sprintf("after %s", name)), next.dek, next.mode}
+	if _, named := seal.BlobKeyID(next.blob); named {
+		then.blob = sealed(t, next.dek, "after "+name, true)
+	}
 	if err := v.Commit(ctx, then.blob, then.dek, then.mode, nil); err != nil {
 		t.Fatalf("%s: the next commit fails: %v", name, err)
 	}

@@ -12,15 +12,35 @@
 // instances on a shared store are kept apart by the store's
 // compare-and-swap on both revisions.
 //
-// What survives which crash (two stores, the file store):
+// What is written (two stores, the file store). The blob names its data
+// key in its authenticated header (seal.HeaderKeyIDField); a key file
+// entry is bound either to a key ID (it opens every blob that names that
+// key and decrypts under it) or to one blob (its SHA-256: blobs that name
+// no key, written before key IDs, or MarbleRun's). A commit of blob under
+// data key K in seal mode m:
 //
-//  1. the key file is written with the new data key bound to the new blob
-//     AND the current data key bound to the blob still stored;
-//  2. the blob is written.
+//   - when the key file holds exactly one entry, K sealed in m bound to
+//     K's key ID, and both the stored blob and the new one name K: only
+//     the blob is written (one atomic write);
+//   - otherwise: 1. the key file is written with K (bound to its key ID
+//     when the new blob names it, else to the new blob) AND, unless that
+//     entry already opens the stored blob, the current data key bound to
+//     the stored blob (its key ID when it names one, else the blob itself);
+//     2. the blob is written. That is the first state, a new data key, a
+//     new seal mode, a key file with a second entry (the commit after a
+//     key change drops it), and a key file of format version 1 (converted
+//     by its first commit).
 //
-// A crash (or failure) before or during 1 leaves the old pair; after 1 and
+// A stored blob that was never opened (recovery, a state being replaced)
+// gets no entry, and K is bound to the new blob alone when an entry bound
+// to its key ID would open the stored blob: no key file opens a state the
+// Coordinator did not open before its replacement is stored.
+//
+// What survives which crash: before or during 1 the old pair; after 1 and
 // before 2 completes, the old blob with a key file that still opens it;
-// after 2, the new pair. Commit returns nil only when both are stored. On
+// after 2, the new pair; with the blob alone, the old or the new blob,
+// both opened by the unchanged key file. Commit returns nil only when the
+// new blob is stored with a key file that opens it. On
 // an error the stores hold the old state again, or the error wraps
 // ErrUnconfirmed (the new state is stored and could not be replaced: the
 // caller publishes it), or ErrOutcomeUnknown (the stores could not be read
@@ -29,7 +49,9 @@
 // the Vault never sees half a blob.
 //
 // On a shared store (SharedStore: etcd) both are written in one
-// compare-and-swap: a crash leaves the old pair or the new one. A lost
+// compare-and-swap at every commit (the key file as above, or with
+// per-instance entries, instancekeys.go): a crash leaves the old pair or
+// the new one. A lost
 // swap is store.ErrConflict and changes nothing; a failure whose outcome
 // the store does not tell is decided by reading back, then by the store's
 // history (HistoryStore). A state kept in chunks (ChunkStore) writes its
@@ -80,6 +102,14 @@ type Vault struct {
 	unsure bool
 	// attempted is the binding of the blob of the last failed write.
 	attempted *[32]byte
+	// keyFile is what the key store holds when it is known to be one
+	// entry bound to a key ID: then a commit under that key and mode of a
+	// blob that names it leaves the key file alone. nil: anything else, or
+	// unknown (the next commit writes the key file).
+	keyFile *heldKey
+	// found is the single key-ID entry KeyFor took the key from, until
+	// Opened says which seal mode the state has.
+	found *seal.KeyEntry
 	// pairKey is the key file read together with the blob from a shared
 	// store (shared.go), at pairKeyRev; pairLoaded says it was.
 	pairKey    []byte
@@ -137,7 +167,7 @@ func (v *Vault) KeyStore() store.Store { return v.key }
 
 // KeyRead records the revision of a key file the caller read from
 // KeyStore itself.
-func (v *Vault) KeyRead(rev store.Revision) { v.keyRev = rev }
+func (v *Vault) KeyRead(rev store.Revision) { v.keyRev, v.keyFile = rev, nil }
 
 // Revisions are the revisions of the blob and the key file the Vault
 // last read or wrote.
@@ -152,7 +182,7 @@ func (v *Vault) Unsure() bool { return v.unsure }
 // load fails.
 func (v *Vault) Forget() (undo func()) {
 	prevDisk, prevData, prevKey := v.disk, v.dataRev, v.keyRev
-	v.disk, v.unsure, v.attempted = nil, false, nil
+	v.disk, v.unsure, v.attempted, v.keyFile, v.found = nil, false, nil, nil, nil
 	return func() {
 		v.disk, v.dataRev, v.keyRev, v.unsure = prevDisk, prevData, prevKey, true
 	}
@@ -176,6 +206,30 @@ type storedBlob struct {
 	// layout is the blob's chunks when it is a head (chunks.go);
 	// nil for a single blob, or while the head is not opened.
 	layout *Layout
+}
+
+// heldKey is a key file of one entry: the data key with key ID id, bound
+// to that key ID and sealed in seal mode mode.
+type heldKey struct {
+	id   [32]byte
+	mode string
+}
+
+// sameMode reports whether two seal modes seal alike ("" is ProductKey).
+func sameMode(a, b string) bool {
+	canon := func(m string) string {
+		if m == "" {
+			return seal.ModeProductKey
+		}
+		return m
+	}
+	return canon(a) == canon(b)
+}
+
+// names reports whether blob names the key ID id in its header.
+func names(blob []byte, id [32]byte) bool {
+	got, ok := seal.BlobKeyID(blob)
+	return ok && got == id
 }
 
 // ErrUnconfirmed is wrapped by a commit error after which the new state IS
@@ -203,6 +257,7 @@ func (v *Vault) LoadBlob(ctx context.Context) ([]byte, error) {
 	}
 	v.dataRev = rev
 	v.disk = &storedBlob{blob: blob, binding: seal.Binding(blob)}
+	v.keyFile, v.found = nil, nil
 	return blob, nil
 }
 
@@ -216,7 +271,7 @@ type KeyProblem struct {
 // KeyFor reads the key file and unseals the data key bound to blob, or
 // says why it cannot.
 func (v *Vault) KeyFor(ctx context.Context, blob []byte) ([]byte, *KeyProblem) {
-	v.fetched = nil
+	v.fetched, v.found, v.keyFile = nil, nil, nil
 	raw, rev, err := v.loadKey(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, &KeyProblem{What: "the sealed data key is missing", Cause: err}
@@ -252,8 +307,18 @@ func (v *Vault) KeyFor(ctx context.Context, blob []byte) ([]byte, *KeyProblem) {
 	if inClear(v.sealer, e.Sealed, dek) {
 		return nil, &KeyProblem{What: "sealed_key holds the data key in clear, which a Coordinator in an enclave never takes from the host's disk", Cause: errRawKeyInEnclave}
 	}
+	if !e.Holds(dek) {
+		return nil, &KeyProblem{What: "the sealed data key is not the key its entry of sealed_key names (the key file was changed)", Cause: errOtherKeyID}
+	}
+	if e.ByKeyID && len(entries) == 1 {
+		v.found = &e
+	}
 	return dek, nil
 }
+
+// errOtherKeyID: an entry bound to a key ID unsealed to a key with
+// another key ID.
+var errOtherKeyID = errors.New("the unsealed data key has another key ID than its key file entry")
 
 // inClear reports whether a sealer that protects the data key returned
 // the stored bytes themselves: a key in clear, whatever the sealer made of
@@ -281,6 +346,10 @@ func unsealProblem(err error) *KeyProblem {
 // mode mode (and, for a head, whose chunks are layout).
 func (v *Vault) Opened(dek []byte, mode string, layout *Layout) {
 	v.disk.dek, v.disk.mode, v.disk.layout = dek, mode, layout
+	if f := v.found; f != nil && f.Binding == seal.KeyID(dek) && names(v.disk.blob, f.Binding) && seal.SealedIn(v.sealer, f.Sealed, mode) {
+		v.keyFile = &heldKey{id: f.Binding, mode: mode}
+	}
+	v.found = nil
 	if layout != nil {
 		v.cache = layout
 	}
@@ -298,6 +367,7 @@ func (v *Vault) SetStrayKeyAside(ctx context.Context, suffix string) error {
 	if err == nil {
 		v.keyRev = rev
 	}
+	v.keyFile = nil
 	where, merr := store.MoveAside(ctx, v.key, suffix)
 	if merr != nil {
 		if err == nil {
@@ -317,6 +387,7 @@ func (v *Vault) SetStrayKeyAside(ctx context.Context, suffix string) error {
 // recovery found is deliberately not bound to the stored blob: until the
 // recovered state is stored, a restart is in recovery mode as before.
 func (v *Vault) Recovered(ctx context.Context, suffix string) error {
+	v.keyFile = nil
 	where, err := store.MoveAside(ctx, v.key, suffix)
 	if errors.Is(err, store.ErrNotFound) {
 		v.keyRev = ""
@@ -337,6 +408,7 @@ func (v *Vault) Recovered(ctx context.Context, suffix string) error {
 // old, recoverable state.
 func (v *Vault) ReplaceUnrecovered(ctx context.Context, suffix string) ([]string, error) {
 	var moved []string
+	v.keyFile = nil
 	where, err := store.MoveAside(ctx, v.key, suffix)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -374,12 +446,15 @@ func (v *Vault) ReplaceUnrecovered(ctx context.Context, suffix string) ([]string
 	return moved, nil
 }
 
-// commit durably stores blob, sealed under dek: the key file first (new
-// key bound to blob, plus the current key bound to the stored blob), then
-// the blob. It returns nil only when both are stored. On an error the
-// stores hold the old state again (or, when that fails as well, an error
-// wrapping ErrUnconfirmed says that the new state is stored). On a store
-// that keeps chunks, blob is a head and layout its chunks.
+// Commit durably stores blob, sealed under dek. The key file is written
+// first when it does not already hold dek, in mode, bound to the key ID
+// that blob names (keyFileFor: the new key, plus the current key while it
+// changes); then the blob. When the key file already holds it, only the
+// blob is written. It returns nil only when the new state is stored with
+// a key file that opens it. On an error the stores hold the old state
+// again (or, when that fails as well, an error wrapping ErrUnconfirmed
+// says that the new state is stored). On a store that keeps chunks, blob
+// is a head and layout its chunks.
 func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layout *Layout) error {
 	if v.unsure && v.shared() == nil {
 		if err := v.resolve(ctx); err != nil {
@@ -394,40 +469,96 @@ func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layou
 		}
 		return v.commitShared(ctx, s, blob, keyFile, dek, mode, layout)
 	}
-	newKey, err := v.sealer.SealKey(dek, binding[:], mode)
-	if err != nil {
-		return fmt.Errorf("sealing data key: %w", err)
-	}
-	entries := []seal.KeyEntry{{Binding: binding, Sealed: newKey}}
-	if d := v.disk; d != nil && d.dek != nil && d.binding != binding {
-		cur, err := v.sealer.SealKey(d.dek, d.binding[:], d.mode)
-		if err != nil {
-			return fmt.Errorf("sealing data key: %w", err)
-		}
-		entries = append(entries, seal.KeyEntry{Binding: d.binding, Sealed: cur})
-	}
-	keyFile, err := seal.EncodeKeyFile(entries)
-	if err != nil {
-		return err
-	}
 	if s := v.shared(); s != nil {
+		// One compare-and-swap writes both: the key file goes with it.
+		keyFile, _, err := v.keyFileFor(blob, dek, mode)
+		if err != nil {
+			return err
+		}
 		return v.commitShared(ctx, s, blob, keyFile, dek, mode, layout)
 	}
-	rev, err := v.key.Save(ctx, keyFile, v.keyRev)
-	if err != nil {
-		// Both the old and the new key file open the stored blob: only
-		// the revision needs to be read back.
-		v.reloadKeyRev(ctx)
-		return fmt.Errorf("storing sealed data key: %w", err)
+	if !v.keyFileHolds(blob, dek, mode) {
+		keyFile, held, err := v.keyFileFor(blob, dek, mode)
+		if err != nil {
+			return err
+		}
+		rev, err := v.key.Save(ctx, keyFile, v.keyRev)
+		if err != nil {
+			// Both the old and the new key file open the stored blob:
+			// only the revision needs to be read back.
+			v.keyFile = nil
+			v.reloadKeyRev(ctx)
+			return fmt.Errorf("storing sealed data key: %w", err)
+		}
+		v.keyRev, v.keyFile = rev, held
 	}
-	v.keyRev = rev
-	rev, err = v.data.Save(ctx, blob, v.dataRev)
+	rev, err := v.data.Save(ctx, blob, v.dataRev)
 	if err != nil {
 		return v.afterFailedWrite(ctx, blob, dek, mode, err)
 	}
 	v.dataRev = rev
 	v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
 	return nil
+}
+
+// keyFileHolds reports whether the stored key file already opens both
+// the stored blob and blob, with dek sealed in mode: it is one entry bound
+// to dek's key ID, which both blobs name, and the stored blob is under dek.
+func (v *Vault) keyFileHolds(blob, dek []byte, mode string) bool {
+	k, d := v.keyFile, v.disk
+	if k == nil || d == nil || d.dek == nil || !bytes.Equal(d.dek, dek) || !sameMode(k.mode, mode) {
+		return false
+	}
+	id := seal.KeyID(dek)
+	return k.id == id && names(blob, id) && names(d.blob, id)
+}
+
+// keyFileFor builds the key file of a commit of blob under dek: dek bound
+// to its key ID when blob names it, else to blob itself; and, when that
+// entry does not open the blob still stored, the current key bound to the
+// stored blob's key ID (when the stored blob names it) or to the stored
+// blob. A stored blob that was never opened (recovery, a state being
+// replaced) gets no entry, and the new key is bound to blob alone if an
+// entry bound to its key ID would open the stored blob: the key file must
+// not open a state the Coordinator did not open before the new state is
+// stored. held is the key file when it is the single entry bound to dek's
+// key ID.
+func (v *Vault) keyFileFor(blob, dek []byte, mode string) (keyFile []byte, held *heldKey, err error) {
+	id := seal.KeyID(dek)
+	d := v.disk
+	newEntry := seal.KeyEntry{Binding: seal.Binding(blob)}
+	if names(blob, id) && (d == nil || d.dek != nil || !names(d.blob, id)) {
+		newEntry = seal.KeyEntry{Binding: id, ByKeyID: true}
+	}
+	if newEntry.Sealed, err = v.sealer.SealKey(dek, newEntry.Binding[:], mode); err != nil {
+		return nil, nil, fmt.Errorf("sealing data key: %w", err)
+	}
+	entries := []seal.KeyEntry{newEntry}
+	if d != nil && d.dek != nil && !opens(newEntry, dek, d) {
+		cur := seal.KeyEntry{Binding: d.binding}
+		if curID := seal.KeyID(d.dek); names(d.blob, curID) {
+			cur = seal.KeyEntry{Binding: curID, ByKeyID: true}
+		}
+		if cur.Sealed, err = v.sealer.SealKey(d.dek, cur.Binding[:], d.mode); err != nil {
+			return nil, nil, fmt.Errorf("sealing data key: %w", err)
+		}
+		entries = append(entries, cur)
+	}
+	if keyFile, err = seal.EncodeKeyFile(entries); err != nil {
+		return nil, nil, err
+	}
+	if len(entries) == 1 && newEntry.ByKeyID {
+		held = &heldKey{id: id, mode: mode}
+	}
+	return keyFile, held, nil
+}
+
+// opens reports whether entry e, of key dek, opens the stored blob d.
+func opens(e seal.KeyEntry, dek []byte, d *storedBlob) bool {
+	if e.ByKeyID {
+		return bytes.Equal(d.dek, dek) && names(d.blob, e.Binding)
+	}
+	return e.Binding == d.binding
 }
 
 // loadKey reads the key file: the one read with the blob from a shared
