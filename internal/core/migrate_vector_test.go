@@ -101,7 +101,8 @@ func checkMigrated(t *testing.T, c *Core, v *mrVector) {
 	if want := v.expected.Certificates.Intermediate + v.expected.Certificates.Root; string(q.ChainPEM) != want {
 		t.Errorf("quote chain differs:\n%s\nwant\n%s", q.ChainPEM, want)
 	}
-	if got := c.MarbleTLSCertificate().Certificate[0]; !bytes.Equal(got, pemDER(t, v.expected.Certificates.MarbleRoot)) {
+	// The Marble API presents its serving certificate, then the Marble Root.
+	if got := c.MarbleTLSCertificate().Certificate; len(got) != 4 || !bytes.Equal(got[1], pemDER(t, v.expected.Certificates.MarbleRoot)) {
 		t.Error("the Marble Root differs from the vector's marbleRootPEM")
 	}
 	if got := c.TLSCertificate().Certificate[0]; !bytes.Equal(got, pemDER(t, v.expected.Certificates.Root)) {
