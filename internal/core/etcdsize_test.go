@@ -101,6 +101,7 @@ func TestSharedStateAtLimitsOnDefaultEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a state of about 20 MB")
 	}
+	t.Parallel() // its own etcd
 	cluster := etcdtest.StartDefaults(t, 1)
 	e := newSharedEnv(t, cluster)
 	a := e.instance()
@@ -176,6 +177,7 @@ func TestStateLimitRefused(t *testing.T) {
 // database stops growing: after defragmentation it is no larger after
 // many more commits. Two instances compact concurrently without harm.
 func TestSharedHistoryCompacted(t *testing.T) {
+	t.Parallel() // its own etcd
 	cluster := etcdtest.Start(t, 1)
 	e := newSharedEnv(t, cluster)
 	var failures []error

@@ -26,6 +26,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -427,10 +428,14 @@ func TestFaultInjection(t *testing.T) {
 			all = append(all, run{tc, seal.GramineKeySealer{Dir: gramineDir}, "gramine " + tc.name})
 		}
 	}
-	runs := 0
+	var runs atomic.Int64
+	t.Cleanup(func() { t.Logf("%d runs", runs.Load()) })
 	for _, r := range all {
 		tc := r.tc
 		t.Run(r.name, func(t *testing.T) {
+			// Each case runs in directories of its own: the cases run
+			// side by side.
+			t.Parallel()
 			for k := 1; ; k++ {
 				fired := false
 				for _, m := range modes {
@@ -441,7 +446,7 @@ func TestFaultInjection(t *testing.T) {
 					if runFault(t, name, w, tc, r.sealer, k, m.mode, m.persistent) {
 						fired = true
 					}
-					runs++
+					runs.Add(1)
 				}
 				if !fired {
 					if k == 1 {
@@ -453,7 +458,6 @@ func TestFaultInjection(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("%d runs", runs)
 }
 
 // runFault runs one case with one fault and checks the outcome; it reports
