@@ -81,7 +81,7 @@ type report struct {
 }
 
 // TestAgainstCoordinator builds the real Coordinator and runs every scenario
-// for a second, then the read scenarios against it with -addr.
+// for 400 ms, then the read scenarios against it with -addr.
 func TestAgainstCoordinator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the Coordinator")
@@ -96,7 +96,7 @@ func TestAgainstCoordinator(t *testing.T) {
 		t.Fatalf("building the coordinator: %v\n%s", err, out)
 	}
 
-	code, stdout, stderr := runTool(t, "-coordinator-bin", bin, "-json", "-c", "4", "-d", "1s", "-warmup", "200ms",
+	code, stdout, stderr := runTool(t, "-coordinator-bin", bin, "-json", "-c", "4", "-d", "400ms", "-warmup", "100ms",
 		"-secrets", "10", "-manifest-kb", "8", "-runs", "2")
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
@@ -141,7 +141,7 @@ func TestAgainstCoordinator(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Stop()
-	code, stdout, stderr = runTool(t, "-addr", c.Addr, "-insecure", "-c", "2", "-d", "1s", "-warmup", "100ms",
+	code, stdout, stderr = runTool(t, "-addr", c.Addr, "-insecure", "-c", "2", "-d", "400ms", "-warmup", "100ms",
 		"-scenarios", "status,manifest,secrets,set-manifest")
 	if code != exitErrors {
 		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitErrors, stdout, stderr)
