@@ -98,13 +98,6 @@ func (b *memoryBudget) release(src string, n int64) {
 	}
 }
 
-// inUse returns the bytes reserved, in all and by src.
-func (b *memoryBudget) inUse(src string) (int64, int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used, b.bySource[src]
-}
-
 // pace is the minimum rate of a body: after grace, at least rate bytes
 // per second on average since the request arrived (0: no minimum), and the
 // whole body within timeout of its arrival (0: no bound).

@@ -49,7 +49,7 @@ func Binary(t testing.TB) string {
 		// Static and -trimpath, as the tests build Quarry's binaries: the
 		// packages both use (gRPC, protobuf, the etcd client) compile once.
 		cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "go.etcd.io/etcd/server/v3")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("building etcd (go build go.etcd.io/etcd/server/v3): %w\n%s", err, out)
