@@ -80,7 +80,7 @@ func (a *Authority) newMarbleServingCertificate(rand io.Reader) (*tls.Certificat
 	}
 	tmpl, err := template(rand, MarbleAPICommonName, Names{DNS: a.Intermediate.DNSNames, IPs: a.Intermediate.IPAddresses}, a.Intermediate.NotBefore)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the Marble API certificate: %w", err)
 	}
 	tmpl.NotAfter = a.Intermediate.NotAfter
 	tmpl.MaxPathLenZero = true

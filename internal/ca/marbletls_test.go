@@ -8,7 +8,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -88,3 +90,21 @@ func TestMarbleTLSCertificate(t *testing.T) {
 		t.Fatal("the old authority's certificate changed")
 	}
 }
+
+// TestMarbleServingCertificateError: when the serving key cannot be made
+// (randomness fails), the error says so; MarbleTLSCertificate then serves
+// the Marble Root with the intermediate key.
+func TestMarbleServingCertificateError(t *testing.T) {
+	a := newAuthority(t)
+	if _, err := a.newMarbleServingCertificate(failingReader{}); err == nil || !strings.Contains(err.Error(), "Marble API") {
+		t.Fatalf("err = %v, want one naming the Marble API key or certificate", err)
+	}
+	c := a.marbleRootTLSCertificate()
+	if len(c.Certificate) != 3 || !bytes.Equal(c.Certificate[0], a.MarbleRoot.Raw) || c.PrivateKey != a.IntermediateKey {
+		t.Fatal("the fallback is not the Marble Root with the intermediate key and its chain")
+	}
+}
+
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, errors.New("no randomness") }

@@ -77,7 +77,7 @@ func (g GramineKeySealer) SealKey(dek, binding []byte, mode string) ([]byte, err
 	if len(dek) != KeySize {
 		return nil, fmt.Errorf("%w: got %d bytes", ErrKeySize, len(dek))
 	}
-	mode = canonicalMode(mode)
+	mode = CanonicalMode(mode)
 	aead, err := g.aead(mode)
 	if err != nil {
 		return nil, err
@@ -141,14 +141,14 @@ func (GramineKeySealer) SealedIn(sealed []byte, mode string) bool {
 	}
 	m := int(sealed[len(gramineMagic)+1])
 	hdrEnd := len(gramineMagic) + 2 + m
-	return len(sealed) >= hdrEnd && string(sealed[len(gramineMagic)+2:hdrEnd]) == canonicalMode(mode)
+	return len(sealed) >= hdrEnd && string(sealed[len(gramineMagic)+2:hdrEnd]) == CanonicalMode(mode)
 }
 
 // SealingKey reads the 16-byte SGX sealing key of mode from the Gramine
 // directory.
 func (g GramineKeySealer) SealingKey(mode string) ([]byte, error) {
 	name := GramineMRSignerKey
-	if canonicalMode(mode) == ModeUniqueKey {
+	if CanonicalMode(mode) == ModeUniqueKey {
 		name = GramineMREnclaveKey
 	}
 	path := filepath.Join(g.Dir, filepath.FromSlash(name))
@@ -182,7 +182,9 @@ func additional(hdr, binding []byte) []byte {
 	return append(append([]byte{}, hdr...), binding...)
 }
 
-func canonicalMode(mode string) string {
+// CanonicalMode is the seal mode mode stands for: "" (the default) is
+// ProductKey.
+func CanonicalMode(mode string) string {
 	if mode == "" {
 		return ModeProductKey
 	}

@@ -215,17 +215,6 @@ type heldKey struct {
 	mode string
 }
 
-// sameMode reports whether two seal modes seal alike ("" is ProductKey).
-func sameMode(a, b string) bool {
-	canon := func(m string) string {
-		if m == "" {
-			return seal.ModeProductKey
-		}
-		return m
-	}
-	return canon(a) == canon(b)
-}
-
 // names reports whether blob names the key ID id in its header.
 func names(blob []byte, id [32]byte) bool {
 	got, ok := seal.BlobKeyID(blob)
@@ -506,7 +495,7 @@ func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layou
 // to dek's key ID, which both blobs name, and the stored blob is under dek.
 func (v *Vault) keyFileHolds(blob, dek []byte, mode string) bool {
 	k, d := v.keyFile, v.disk
-	if k == nil || d == nil || d.dek == nil || !bytes.Equal(d.dek, dek) || !sameMode(k.mode, mode) {
+	if k == nil || d == nil || d.dek == nil || !bytes.Equal(d.dek, dek) || seal.CanonicalMode(k.mode) != seal.CanonicalMode(mode) {
 		return false
 	}
 	id := seal.KeyID(dek)
