@@ -3,8 +3,11 @@
 # no-enclave Coordinator (B) with quarry-bench, on the same machine, the
 # same manifests and the same load: Marble activations over kept
 # connections, with a new connection per activation (full handshakes), with
-# a new connection that resumes its TLS session, and concurrent secret
-# uploads by several users. A second copy of A (A2, the same binary) runs as
+# a new connection that resumes its TLS session, concurrent secret
+# uploads by several users, and the time of setting a first manifest with a
+# few secrets (SET_SECRETS, each on SETS fresh Coordinators per round; the
+# default mix without RSA keys, whose generation is the same Go code in both
+# and varies tenfold from key to key). A second copy of A (A2, the same binary) runs as
 # well: the A/A difference is the noise of the machine. A, B and A2 run
 # interleaved, ROUNDS times; the script prints every figure and the medians.
 #
@@ -27,6 +30,11 @@ USERS=${USERS:-32}
 # what the two share; needs 2 CPUs or more.
 PIN=${PIN:-0}
 MR_VERSION=${MR_VERSION:-v1.9.1}
+# PARTS chooses what runs: activate, upload and set-manifest.
+PARTS=${PARTS:-activate upload set-manifest}
+SET_SECRETS=${SET_SECRETS:-10 100}
+SETS=${SETS:-5}
+SET_MIX=${SET_MIX:-rsa=0,ecdsa=20,ed25519=10,symmetric=10}
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
@@ -95,6 +103,23 @@ s = json.load(sys.stdin)["scenarios"][0]
 print("failed" if s.get("errors") or s.get("non2xx") else round(s["requestsPerSecond"], 1))'
 }
 
+# settime: quarry-bench's set-manifest report on stdin → the POST's time in
+# ms, or "failed".
+settime() {
+	python3 -c 'import json, sys
+s = json.load(sys.stdin)["scenarios"][0]
+print("failed" if s.get("skipped") or s.get("errors") or s.get("non2xx") else round(s["medianSeconds"] * 1000, 3))'
+}
+
+# median: the median of the numbers on stdin ("failed" when one failed).
+median() {
+	python3 -c 'import statistics, sys
+xs = sys.stdin.read().split()
+print("failed" if "failed" in xs or not xs else statistics.median(float(x) for x in xs))'
+}
+
+part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+
 coordpin=() benchpin=()
 if [ "$PIN" = 1 ]; then
 	coordpin=(taskset -c 0)
@@ -107,30 +132,45 @@ for round in $(seq "$ROUNDS"); do
 	for variant in A B A2; do
 		bin="$work/quarry"
 		[ "$variant" = B ] && bin="$mr"
-		start "$bin"
-		curl -sfk --data-binary "@$work/activate.json" "https://$addr/manifest" >/dev/null
-		# -p256: the Marbles' TLS keys are P-256, as Quarry's runtime makes
-		# them (without: P-384, as MarbleRun's premain makes them).
-		for mode in kept reconnect resume kept-p256 reconnect-p256; do
-			flags=()
-			case "$mode" in
-			reconnect*) flags=(-activate-reconnect) ;;
-			resume) flags=(-activate-reconnect -activate-resume) ;;
-			esac
-			[ "${mode%-p256}" != "$mode" ] && flags+=(-activate-key p256)
-			r=$("${benchpin[@]}" "$work/bench" -mesh-addr "$mesh" -marble-type bench-shared -c "$MARBLES" -d "$DURATION" "${flags[@]}" -json 2>/dev/null | rate)
-			echo "$round $variant activate-$mode $r" | tee -a "$results"
+		if part activate; then
+			start "$bin"
+			curl -sfk --data-binary "@$work/activate.json" "https://$addr/manifest" >/dev/null
+			# -p256: the Marbles' TLS keys are P-256, as Quarry's runtime makes
+			# them (without: P-384, as MarbleRun's premain makes them).
+			for mode in kept reconnect resume kept-p256 reconnect-p256; do
+				flags=()
+				case "$mode" in
+				reconnect*) flags=(-activate-reconnect) ;;
+				resume) flags=(-activate-reconnect -activate-resume) ;;
+				esac
+				[ "${mode%-p256}" != "$mode" ] && flags+=(-activate-key p256)
+				r=$("${benchpin[@]}" "$work/bench" -mesh-addr "$mesh" -marble-type bench-shared -c "$MARBLES" -d "$DURATION" "${flags[@]}" -json 2>/dev/null | rate)
+				echo "$round $variant activate-$mode $r" | tee -a "$results"
+			done
+			stop
+		fi
+		if part upload; then
+			start "$bin"
+			r=$("${benchpin[@]}" "$work/bench" -addr "$addr" -insecure -scenarios upload-concurrent -c "$USERS" -d "$DURATION" -json 2>/dev/null | rate)
+			echo "$round $variant upload-concurrent $r" | tee -a "$results"
+			stop
+		fi
+		part set-manifest || continue
+		# set-manifest: the median of SETS fresh Coordinators, in ms.
+		for n in $SET_SECRETS; do
+			times=()
+			for _ in $(seq "$SETS"); do
+				start "$bin"
+				times+=("$("${benchpin[@]}" "$work/bench" -addr "$addr" -insecure -scenarios set-manifest -secrets "$n" -mix "$SET_MIX" -json 2>/dev/null | settime)")
+				stop
+			done
+			echo "$round $variant set-manifest-$n-ms $(printf '%s\n' "${times[@]}" | median)" | tee -a "$results"
 		done
-		stop
-		start "$bin"
-		r=$("${benchpin[@]}" "$work/bench" -addr "$addr" -insecure -scenarios upload-concurrent -c "$USERS" -d "$DURATION" -json 2>/dev/null | rate)
-		echo "$round $variant upload-concurrent $r" | tee -a "$results"
-		stop
 	done
 done
 
 echo
-echo "medians of $ROUNDS rounds, per second ($MARBLES Marbles, $USERS users, $DURATION each; $(nproc) CPUs; PIN=$PIN):"
+echo "medians of $ROUNDS rounds, per second, set-manifest in ms ($MARBLES Marbles, $USERS users, $DURATION each; $SETS fresh Coordinators per set-manifest figure; $(nproc) CPUs; PIN=$PIN):"
 python3 - "$results" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]

@@ -56,7 +56,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 Drives a Coordinator's Client API over HTTPS keep-alive with -c concurrent
 clients (one connection each) for -d per scenario and reports requests/s,
 latency percentiles and errors; set-manifest is the wall time of
-POST /api/v2/manifest on -runs fresh Coordinators. Scenarios:
+POST /api/v2/manifest on -runs fresh Coordinators (with -addr: once, if
+the Coordinator there waits for its first manifest). Scenarios:
   status        GET /api/v2/status
   manifest      GET /api/v2/manifest
   quote         GET /api/v2/quote

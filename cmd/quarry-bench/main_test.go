@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quarry-cc/quarry/internal/loadgen"
 )
@@ -135,7 +138,8 @@ func TestAgainstCoordinator(t *testing.T) {
 	}
 
 	// -addr: a running Coordinator without a manifest. status works, secrets
-	// and set-manifest are skipped, manifest answers non-2xx: exit 1.
+	// is skipped, manifest answers non-2xx (exit 1), and set-manifest, last,
+	// sets the generated manifest once.
 	c, err := loadgen.StartCoordinator(context.Background(), bin, nil, loadgen.DefaultOptions().StartTimeout)
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +152,6 @@ func TestAgainstCoordinator(t *testing.T) {
 	}
 	for _, want := range []string{
 		"secrets: skipped: needs -cert and -key",
-		"set-manifest: skipped: needs fresh Coordinators",
 		"resident memory after load: n/a",
 		"manifest: first error: HTTP ",
 	} {
@@ -156,8 +159,17 @@ func TestAgainstCoordinator(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
 		}
 	}
-	if !strings.Contains(stderr, "quarry-bench: manifest: error rate 100% (") {
+	if !strings.Contains(stderr, "quarry-bench: manifest: error rate 100% (") || !strings.Contains(stderr, "set-manifest run 1/1: ") {
 		t.Errorf("stderr:\n%s", stderr)
+	}
+	if got := stateCode(t, c.Addr); got != 3 {
+		t.Errorf("after set-manifest the Coordinator is in state %d, want 3", got)
+	}
+	// Set again, on a Coordinator that has its manifest: skipped, the state
+	// left alone.
+	_, stdout, _ = runTool(t, "-addr", c.Addr, "-insecure", "-scenarios", "set-manifest")
+	if !strings.Contains(stdout, "set-manifest: skipped: the Coordinator at -addr is in state 3, not 2") {
+		t.Errorf("second set-manifest:\n%s", stdout)
 	}
 	for _, line := range strings.Split(stdout, "\n") {
 		if f := strings.Fields(line); len(f) > 0 && f[0] == "status" && (len(f) < 10 || f[7] != "0" || f[8] != "0") {
@@ -182,4 +194,21 @@ func TestPrintManifest(t *testing.T) {
 			t.Fatalf("%s: Marbles %v, %v", typ, m.Marbles, err)
 		}
 	}
+}
+
+// stateCode returns the state code of the Coordinator's GET /api/v2/status.
+func stateCode(t *testing.T, addr string) int {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: time.Minute}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("https://" + addr + "/api/v2/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var answer struct{ Data struct{ Code int } }
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+		t.Fatal(err)
+	}
+	return answer.Data.Code
 }

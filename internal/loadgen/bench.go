@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -279,7 +280,13 @@ func (b *bench) remote(ctx context.Context, selected []string) error {
 			}
 			continue
 		case s == ScenarioSetManifest:
-			skip = "needs fresh Coordinators: only with -coordinator-bin, not -addr"
+			var err error
+			if skip, err = b.setManifestRemote(ctx, o.Addr, base); err != nil {
+				return err
+			}
+			if skip == "" {
+				continue
+			}
 		case s == ScenarioSecrets && userTLS == nil:
 			skip = "needs -cert and -key of a user with ReadSecret with -addr"
 		case s == ScenarioSecrets && o.Secret == "":
@@ -423,18 +430,103 @@ func (b *bench) load(ctx context.Context, name, addr string, cfg *tls.Config, se
 // setManifestRuns times POST /api/v2/manifest on o.Runs fresh Coordinators.
 func (b *bench) setManifestRuns(ctx context.Context, body []byte, info ManifestInfo) error {
 	o := b.o
-	r := ScenarioResult{Name: ScenarioSetManifest, Request: "POST " + v2.PathManifest}
-	var times []time.Duration
-	for i := range o.Runs {
+	return b.timeSetManifest(ctx, o.Runs, info, func(i int) (setOutcome, error) {
 		c, err := StartCoordinator(ctx, o.CoordinatorBin, o.Env, o.StartTimeout)
 		if err != nil {
-			return fmt.Errorf("set-manifest run %d: %w", i+1, err)
+			return setOutcome{}, fmt.Errorf("set-manifest run %d: %w", i+1, err)
 		}
-		d, status, msg, err := b.setManifest(ctx, c.Addr, body)
-		c.Stop()
+		defer c.Stop()
+		var x setOutcome
+		x.d, x.status, x.msg, x.err = b.setManifest(ctx, c.Addr, body)
+		return x, nil
+	})
+}
+
+// setManifestRemote times POST /api/v2/manifest once on the running
+// Coordinator at addr: a generated manifest (-secrets, -mix, -manifest-kb)
+// set on a Coordinator waiting for its first one, so that scripts can time
+// Coordinators quarry-bench does not start (MarbleRun's too), each fresh.
+// A Coordinator in any other state is left alone: the scenario is skipped,
+// and the reason returned.
+func (b *bench) setManifestRemote(ctx context.Context, addr string, cfg *tls.Config) (string, error) {
+	code, err := statusCode(ctx, addr, cfg)
+	if err != nil {
+		return "", fmt.Errorf("set-manifest: %w", err)
+	}
+	if code != stateAcceptingManifest {
+		return fmt.Sprintf("the Coordinator at -addr is in state %d, not %d (waiting for its first manifest): set-manifest needs a fresh one", code, stateAcceptingManifest), nil
+	}
+	_, certPEM, err := NewUserCertificate("quarry-bench")
+	if err != nil {
+		return "", err
+	}
+	raw, info, err := GenerateManifest(ManifestOptions{TargetBytes: int(b.o.ManifestKB * 1024), Secrets: b.o.Secrets, Mix: b.o.Mix, UserCertPEM: certPEM})
+	if err != nil {
+		return "", err
+	}
+	body, err := SetRequest(raw)
+	if err != nil {
+		return "", err
+	}
+	b.rep.Manifest = &info
+	return "", b.timeSetManifest(ctx, 1, info, func(int) (setOutcome, error) {
+		var x setOutcome
+		x.d, x.status, x.msg, x.err = b.setManifest(ctx, addr, body)
+		return x, nil
+	})
+}
+
+// stateAcceptingManifest is the status code of a Coordinator waiting for its
+// first manifest (GET /api/v2/status).
+const stateAcceptingManifest = 2
+
+// statusCode returns the state code GET /api/v2/status answers.
+func statusCode(ctx context.Context, addr string, cfg *tls.Config) (int, error) {
+	t := newTransport(RunConfig{TLS: cfg}, nil)
+	defer t.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+v2.PathStatus, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := (&http.Client{Transport: t, Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		Data struct {
+			Code int `json:"code"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&answer); err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: HTTP %d, %v", v2.PathStatus, resp.StatusCode, err)
+	}
+	return answer.Data.Code, nil
+}
+
+// setOutcome is one POST of set-manifest: its wall time, the HTTP status
+// and answer, or the transport error.
+type setOutcome struct {
+	d      time.Duration
+	status int
+	msg    string
+	err    error
+}
+
+// timeSetManifest runs set n times and adds the set-manifest result; an
+// error of set (not of its POST) ends the scenario.
+func (b *bench) timeSetManifest(ctx context.Context, n int, info ManifestInfo, set func(i int) (setOutcome, error)) error {
+	r := ScenarioResult{Name: ScenarioSetManifest, Request: "POST " + v2.PathManifest}
+	var times []time.Duration
+	for i := range n {
+		x, err := set(i)
+		if err != nil {
+			return err
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		d, status, msg, err := x.d, x.status, x.msg, x.err
 		r.Requests++
 		switch {
 		case err != nil:
@@ -449,10 +541,10 @@ func (b *bench) setManifestRuns(ctx context.Context, body []byte, info ManifestI
 			if r.FirstError == "" {
 				r.FirstError = describe(status, msg, err)
 			}
-			b.progress("set-manifest run %d/%d: failed: %s", i+1, o.Runs, describe(status, msg, err))
+			b.progress("set-manifest run %d/%d: failed: %s", i+1, n, describe(status, msg, err))
 			continue
 		}
-		b.progress("set-manifest run %d/%d: %d bytes, %d secrets: %v", i+1, o.Runs, info.Bytes, info.Secrets, d.Round(time.Millisecond))
+		b.progress("set-manifest run %d/%d: %d bytes, %d secrets: %v", i+1, n, info.Bytes, info.Secrets, d.Round(time.Microsecond))
 	}
 	r.MedianSeconds = Median(times).Seconds()
 	r.ErrorRate = errorRate(r.Requests, r.Non2xx, r.Errors)

@@ -135,7 +135,7 @@ func TestBenchRemote(t *testing.T) {
 		case !ok:
 			t.Errorf("unexpected scenario %s", s.Name)
 		case path == "":
-			if !strings.Contains(s.Skipped, "fresh Coordinators") {
+			if !strings.Contains(s.Skipped, "in state 0, not 2") || s.Requests != 0 {
 				t.Errorf("%s: skipped %q", s.Name, s.Skipped)
 			}
 		case s.Skipped != "" || s.Requests == 0 || s.Requests > int64(seen[path]) || s.Errors+s.Non2xx != 0 || s.Request != "GET "+path:
@@ -173,6 +173,65 @@ func TestBenchRemote(t *testing.T) {
 
 // TestBenchStarted runs the started-Coordinator flow with a stand-in: a
 // script that announces the address of a test server and sleeps.
+// With -addr, set-manifest sets a generated manifest once on a Coordinator
+// waiting for its first one and reports the POST's time; an answer other
+// than 200 counts as non-2xx.
+func TestBenchRemoteSetManifest(t *testing.T) {
+	for _, answer := range []int{http.StatusOK, http.StatusBadRequest} {
+		t.Run(http.StatusText(answer), func(t *testing.T) {
+			var mu sync.Mutex
+			var posted []byte
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				defer mu.Unlock()
+				switch r.Method + " " + r.URL.Path {
+				case "GET /api/v2/status":
+					w.Write([]byte(`{"status":"success","data":{"code":2,"message":"ready"}}`))
+				case "POST /api/v2/manifest":
+					posted, _ = io.ReadAll(r.Body)
+					w.WriteHeader(answer)
+					w.Write([]byte(`{"status":"success","data":null}`))
+				default:
+					t.Errorf("unexpected %s %s", r.Method, r.URL)
+				}
+			}))
+			defer srv.Close()
+			o := DefaultOptions()
+			o.Addr, o.Insecure = srv.Listener.Addr().String(), true
+			o.Scenarios = []string{ScenarioSetManifest}
+			o.Secrets, o.Mix = 10, Mix{Symmetric: 1}
+			o.Progress = io.Discard
+			rep, err := Bench(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Scenarios) != 1 {
+				t.Fatalf("scenarios %+v", rep.Scenarios)
+			}
+			r := rep.Scenarios[0]
+			if answer == http.StatusOK && (r.Requests != 1 || r.Non2xx != 0 || len(r.RunsSeconds) != 1 || r.MedianSeconds <= 0) {
+				t.Errorf("result %+v", r)
+			}
+			if answer != http.StatusOK && (r.Requests != 1 || r.Non2xx != 1 || len(r.RunsSeconds) != 0 || !strings.Contains(r.FirstError, "HTTP 400")) {
+				t.Errorf("result %+v", r)
+			}
+			var body struct{ Manifest []byte }
+			if err := json.Unmarshal(posted, &body); err != nil {
+				t.Fatalf("posted %q: %v", posted, err)
+			}
+			var m struct{ Secrets map[string]struct{ Type string } }
+			if err := json.Unmarshal(body.Manifest, &m); err != nil || len(m.Secrets) != 10 || rep.Manifest == nil || rep.Manifest.Secrets != 10 {
+				t.Errorf("manifest with %d secrets (%v), report %+v", len(m.Secrets), err, rep.Manifest)
+			}
+			for name, sec := range m.Secrets {
+				if sec.Type != "symmetric-key" {
+					t.Errorf("secret %s of type %q, the mix has only symmetric keys", name, sec.Type)
+				}
+			}
+		})
+	}
+}
+
 func TestBenchStarted(t *testing.T) {
 	var mu sync.Mutex
 	var posted []byte
