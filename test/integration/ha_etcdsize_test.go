@@ -53,6 +53,12 @@ func TestHAStateAtLimitsOnDefaultEtcd(t *testing.T) {
 	}
 	expect(t, setManifest(t, a, a.client(nil, nil), raw), http.StatusOK, "success")
 	_, root := getChain(t, a, a.client(nil, nil))
+	// b reloads a state of about 10 MB: on a loaded machine that can take
+	// longer than a handshake waits for it (then it presents the
+	// certificate it had, docs/ha.md); a request waits for the reload.
+	if got := getStatus(t, b, b.client(nil, nil)); got.Code != 3 {
+		t.Fatalf("the other instance is in state %d, want 3", got.Code)
+	}
 	alice := f.users["alice"].cert
 	ha, hb := a.client(root, &alice), b.client(root, &alice)
 	value := bytes.Repeat([]byte("v"), 1024)
