@@ -544,6 +544,7 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 	if err != nil {
 		return nil, err
 	}
+	c.logs.KnowRootKey(persistedCA.RootKey, s.ca.RootKey)
 	rootSecret := make([]byte, 32)
 	if _, err := io.ReadFull(rand.Reader, rootSecret); err != nil {
 		return nil, err

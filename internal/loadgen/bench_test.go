@@ -219,7 +219,9 @@ func TestBenchRemoteSetManifest(t *testing.T) {
 			if err := json.Unmarshal(posted, &body); err != nil {
 				t.Fatalf("posted %q: %v", posted, err)
 			}
-			var m struct{ Secrets map[string]struct{ Type string } }
+			var m struct {
+				Secrets map[string]struct{ Type string }
+			}
 			if err := json.Unmarshal(body.Manifest, &m); err != nil || len(m.Secrets) != 10 || rep.Manifest == nil || rep.Manifest.Secrets != 10 {
 				t.Errorf("manifest with %d secrets (%v), report %+v", len(m.Secrets), err, rep.Manifest)
 			}

@@ -107,6 +107,16 @@ func (ls *Store) signer(der []byte) (*ecdsa.PrivateKey, error) {
 	return k, nil
 }
 
+// KnowRootKey hands the store the parsed root key whose DER form a state's
+// CA.RootKey holds, so that signing the first checkpoint under a new root
+// (a new manifest) does not parse the key again: parsing a P-384 key
+// recomputes its public point, a third of a millisecond.
+func (ls *Store) KnowRootKey(der []byte, key *ecdsa.PrivateKey) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.rootDER, ls.rootKey = slices.Clone(der), key
+}
+
 // newLog starts an empty log whose identity and key derive from the
 // state's root secret (new with every manifest set): instances converting
 // the same stored state on a shared store derive the same log, so that

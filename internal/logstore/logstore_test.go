@@ -15,6 +15,7 @@ import (
 	"github.com/quarry-cc/quarry/internal/logstore/logstoretest"
 	"github.com/quarry-cc/quarry/internal/sealedstate"
 	"github.com/quarry-cc/quarry/internal/store/memstore"
+	"github.com/quarry-cc/quarry/internal/testpki"
 	"github.com/quarry-cc/quarry/internal/updatelog"
 )
 
@@ -81,5 +82,35 @@ func TestPrepareSegmentsAndClock(t *testing.T) {
 	segs.Set(1, memstore.New())
 	if _, err := New(segs.Get, time.Now).Records(ctx, st, 0, st.Log.Count); !errors.Is(err, ErrDamaged) {
 		t.Errorf("missing segment: %v, want ErrDamaged", err)
+	}
+}
+
+// TestKnownRootKeySignsWithoutParsing: a root key handed over with
+// KnowRootKey signs the checkpoint of a state whose CA holds that DER
+// without parsing it again (here the DER is not a key at all, which parsing
+// would refuse), and the checkpoint verifies against that key; a state with
+// another root key is parsed as before.
+func TestKnownRootKeySignsWithoutParsing(t *testing.T) {
+	ctx := context.Background()
+	st := newState(t, 3)
+	key, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := New(nil, time.Now)
+	st.CA.RootKey = []byte("the known root key, not DER")
+	ls.KnowRootKey(st.CA.RootKey, key)
+	if err := ls.Prepare(ctx, st, false); err != nil {
+		t.Fatalf("with the known key: %v", err)
+	}
+	root := testpki.NewCA(t, "root", testpki.Key(key)).Cert
+	if err := st.Log.Checkpoint.Verify(root); err != nil {
+		t.Errorf("the checkpoint does not verify against the known key: %v", err)
+	}
+
+	other := newState(t, 1)
+	other.CA.RootKey = []byte("another root key, not DER either")
+	if err := ls.Prepare(ctx, other, false); err == nil {
+		t.Error("a state with an unknown root key that is not DER was signed")
 	}
 }
