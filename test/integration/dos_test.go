@@ -39,8 +39,10 @@ const (
 )
 
 // dosAnswerWithin bounds every measured request: a second for the
-// Coordinator as deployed; built with the race detector, which slows it
-// several times, three.
+// Coordinator as deployed (coordinatorBin, the release build); three when
+// the tests run with the race detector, as CI runs them: the measuring
+// client is then instrumented too, and the two cores are shared with every
+// other package's tests.
 var dosAnswerWithin = map[bool]time.Duration{false: time.Second, true: 3 * time.Second}[raceEnabled]
 
 // startCoordinatorNofile starts the Coordinator with a file descriptor

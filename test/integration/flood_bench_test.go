@@ -106,14 +106,11 @@ func summary(got map[string]int) string {
 // while 40 clients at once each POST an 8 MiB update body (docs/design/decisions.md#d16):
 // without a client certificate (answered 401 before the body is read), and
 // as a manifest user (bodies decoded at once are bounded by the memory
-// budget; the rest get 503). Run it without the race detector, which
-// multiplies memory:
+// budget; the rest get 503). The Coordinator is the release build
+// (coordinatorBin) also when the tests run with the race detector:
 //
 //	go test -run '^$' -bench BodyFlood -benchtime 1x ./test/integration
 func BenchmarkBodyFlood(b *testing.B) {
-	if raceEnabled {
-		b.Skip("memory figures are meaningless with the race detector")
-	}
 	body := floodBody(8 << 20)
 	for _, tc := range []struct {
 		name string

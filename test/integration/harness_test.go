@@ -26,8 +26,16 @@ import (
 	"github.com/quarry-cc/quarry/internal/testpki"
 )
 
-// coordinatorBin is the binary built once in TestMain.
-var coordinatorBin string
+// coordinatorBin is the binary built once in TestMain, as the release
+// build is (static, -trimpath: the Dockerfile's configuration, whose
+// compiled packages the other tests' builds share). raceCoordinatorBin is
+// the same program built with the race detector when the tests run with
+// it (else coordinatorBin): the runs that drive concurrent clients through
+// faults (the linearizability and chaos runs, the torture test) start it,
+// so that a data race in the real process under that load fails them. The
+// other tests check behaviour, not concurrency, and a race-instrumented
+// process costs them several times the CPU.
+var coordinatorBin, raceCoordinatorBin string
 
 // defaultParallel is how many tests of this package run at once unless
 // -test.parallel is given: most of their time is spent waiting for a
@@ -48,15 +56,26 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	coordinatorBin = filepath.Join(dir, "coordinator")
-	args := []string{"build", "-o", coordinatorBin}
+	release := exec.Command("go", "build", "-trimpath", "-o", coordinatorBin, "github.com/quarry-cc/quarry/cmd/coordinator")
+	release.Env = append(os.Environ(), "CGO_ENABLED=0")
+	builds := []*exec.Cmd{release}
+	raceCoordinatorBin = coordinatorBin
 	if raceEnabled {
-		args = append(args, "-race")
+		raceCoordinatorBin = filepath.Join(dir, "coordinator-race")
+		builds = append(builds, exec.Command("go", "build", "-race", "-o", raceCoordinatorBin, "github.com/quarry-cc/quarry/cmd/coordinator"))
 	}
-	build := exec.Command("go", append(args, "github.com/quarry-cc/quarry/cmd/coordinator")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the coordinator:", err)
-		os.Exit(1)
+	for _, b := range builds {
+		b.Stdout, b.Stderr = os.Stderr, os.Stderr
+		if err := b.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "building the coordinator:", err)
+			os.Exit(1)
+		}
+	}
+	for _, b := range builds {
+		if err := b.Wait(); err != nil {
+			fmt.Fprintf(os.Stderr, "building the coordinator (%s): %v\n", strings.Join(b.Args, " "), err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	reportContract() // contract_test.go
@@ -79,6 +98,8 @@ type coordinator struct {
 	// served is closed when the process logs that it serves its loaded
 	// state.
 	served chan struct{}
+	// race: the process is raceCoordinatorBin (startRaceCoordinator).
+	race bool
 	// launcher, if set, runs the binary (its path and arguments follow);
 	// it must exec it, so that the process is the Coordinator's.
 	launcher []string
@@ -103,6 +124,19 @@ func startCoordinator(t testing.TB, sealDir string, env ...string) *coordinator 
 	return c
 }
 
+// startRaceCoordinator is startCoordinator with the race detector's build
+// of the coordinator (raceCoordinatorBin), for runs of concurrent clients.
+func startRaceCoordinator(t testing.TB, sealDir string, env ...string) *coordinator {
+	t.Helper()
+	if sealDir == "" {
+		sealDir = t.TempDir()
+	}
+	c := &coordinator{t: t, sealDir: sealDir, env: env, exited: make(chan struct{}), race: true}
+	c.start()
+	t.Cleanup(func() { c.kill() })
+	return c
+}
+
 // startListening is startCoordinator that returns as soon as the APIs
 // listen: with store etcd the state may still be loading (the process then
 // answers that it is starting).
@@ -120,9 +154,13 @@ func startListening(t testing.TB, sealDir string, env ...string) *coordinator {
 func (c *coordinator) start() {
 	t := c.t
 	t.Helper()
-	c.cmd = exec.Command(coordinatorBin)
+	bin := coordinatorBin
+	if c.race {
+		bin = raceCoordinatorBin
+	}
+	c.cmd = exec.Command(bin)
 	if len(c.launcher) > 0 {
-		c.cmd = exec.Command(c.launcher[0], append(c.launcher[1:], coordinatorBin)...)
+		c.cmd = exec.Command(c.launcher[0], append(c.launcher[1:], bin)...)
 	}
 	c.cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"),

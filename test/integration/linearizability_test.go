@@ -776,7 +776,7 @@ func TestLinearizability(t *testing.T) {
 	env := haEnv(procs.Endpoints(), newPrefix())
 	nodes := make([]*haNode, 3)
 	for i := range nodes {
-		nodes[i] = &haNode{c: startCoordinator(t, "", env...)}
+		nodes[i] = &haNode{c: startRaceCoordinator(t, "", env...)}
 		nodes[i].setUp(true)
 	}
 	plan := &linPlan{procs: procs, minUp: 1, chaos: *haDuration, quiet: time.Second}
@@ -801,7 +801,7 @@ func TestHAChaos(t *testing.T) {
 	env := haEnv(procs.Endpoints(), newPrefix())
 	nodes := make([]*haNode, 3)
 	for i := range nodes {
-		nodes[i] = &haNode{c: startCoordinator(t, "", env...)}
+		nodes[i] = &haNode{c: startRaceCoordinator(t, "", env...)}
 		nodes[i].setUp(true)
 	}
 	plan := &linPlan{procs: procs, minUp: 1, chaos: *haChaos, allKill: true, quorumLoss: *haQuorumLoss, quiet: 3 * time.Second}
@@ -878,7 +878,7 @@ func checkDBSize(t *testing.T, procs *etcdtest.Procs) {
 func TestLinearizabilityFileStore(t *testing.T) {
 	t.Parallel()
 	seed := linSeed(t)
-	nodes := []*haNode{{c: startCoordinator(t, "")}}
+	nodes := []*haNode{{c: startRaceCoordinator(t, "")}}
 	nodes[0].setUp(true)
 	plan := &linPlan{minUp: 0, chaos: max(5*time.Second, *haDuration/4), quiet: time.Second}
 	runLinearizability(t, "file store, 1 instance", nodes, seed, plan)

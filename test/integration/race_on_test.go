@@ -2,6 +2,7 @@
 
 package integration
 
-// raceEnabled builds the coordinator with the race detector when the tests
-// run with it, so concurrent requests exercise the server under -race.
+// raceEnabled builds a second coordinator with the race detector when the
+// tests run with it (raceCoordinatorBin), so that the runs of concurrent
+// clients exercise the real process under -race.
 const raceEnabled = true

@@ -225,7 +225,7 @@ func TestTortureKillDuringWrites(t *testing.T) {
 	tt.base = f.bytes(t)
 	tt.alice = f.users[tortureUser].cert
 
-	c := startCoordinator(t, "")
+	c := startRaceCoordinator(t, "")
 	_, tt.root = getChain(t, c, c.client(nil, nil))
 	raw, err := tt.manifest(0, 0)
 	if err != nil {
