@@ -103,6 +103,17 @@ s = json.load(sys.stdin)["scenarios"][0]
 print("failed" if s.get("errors") or s.get("non2xx") else round(s["requestsPerSecond"], 1))'
 }
 
+# requests: the number of requests in quarry-bench's JSON report on stdin.
+requests() {
+	python3 -c 'import json, sys
+print(json.load(sys.stdin)["scenarios"][0]["requests"])'
+}
+
+# cputicks: the Coordinator's CPU time so far (user and system), in clock
+# ticks.
+cputicks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+hz=$(getconf CLK_TCK)
+
 # settime: quarry-bench's set-manifest report on stdin → the POST's time in
 # ms, or "failed".
 settime() {
@@ -144,8 +155,17 @@ for round in $(seq "$ROUNDS"); do
 				resume) flags=(-activate-reconnect -activate-resume) ;;
 				esac
 				[ "${mode%-p256}" != "$mode" ] && flags+=(-activate-key p256)
-				r=$("${benchpin[@]}" "$work/bench" -mesh-addr "$mesh" -marble-type bench-shared -c "$MARBLES" -d "$DURATION" "${flags[@]}" -json 2>/dev/null | rate)
+				c0=$(cputicks)
+				"${benchpin[@]}" "$work/bench" -mesh-addr "$mesh" -marble-type bench-shared -c "$MARBLES" -d "$DURATION" "${flags[@]}" -json 2>/dev/null >"$work/report.json" || true
+				c1=$(cputicks)
+				r=$(rate <"$work/report.json")
 				echo "$round $variant activate-$mode $r" | tee -a "$results"
+				# The Coordinator's own CPU per activation, in ms: its
+				# capacity, whatever the load generator on the same cores
+				# costs.
+				n=$(requests <"$work/report.json")
+				[ "$r" != failed ] && [ "$n" -gt 0 ] && r=$(python3 -c "print(round(($c1 - $c0) * 1000 / $hz / $n, 3))")
+				echo "$round $variant activate-$mode-cpu-ms $r" | tee -a "$results"
 			done
 			stop
 		fi
@@ -170,7 +190,7 @@ for round in $(seq "$ROUNDS"); do
 done
 
 echo
-echo "medians of $ROUNDS rounds, per second, set-manifest in ms ($MARBLES Marbles, $USERS users, $DURATION each; $SETS fresh Coordinators per set-manifest figure; $(nproc) CPUs; PIN=$PIN):"
+echo "medians of $ROUNDS rounds, per second (-cpu-ms: the Coordinator's CPU per activation, ms), set-manifest in ms ($MARBLES Marbles, $USERS users, $DURATION each; $SETS fresh Coordinators per set-manifest figure; $(nproc) CPUs; PIN=$PIN):"
 python3 - "$results" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
