@@ -408,11 +408,14 @@ func rootOf(addr string, cert tls.Certificate) ([]byte, int, error) {
 // then every request over it gets 503: only connections whose request was
 // answered 200 count.
 func (r *linRun) checkRoots(ni int) {
+	// An instance that is down (SIGKILLed by the fault plan, restarting)
+	// is waited for a while: with one instance, that is the only one.
 	root := func(n *haNode) ([]byte, bool) {
-		for range 20 {
+		for range 50 {
 			addr, up := n.address()
 			if !up {
-				return nil, false
+				time.Sleep(100 * time.Millisecond)
+				continue
 			}
 			raw, code, err := rootOf(addr, r.alice)
 			if err == nil && code == http.StatusOK {
