@@ -115,26 +115,14 @@ type coordinator struct {
 // serves its loaded state.
 func startCoordinator(t testing.TB, sealDir string, env ...string) *coordinator {
 	t.Helper()
-	if sealDir == "" {
-		sealDir = t.TempDir()
-	}
-	c := &coordinator{t: t, sealDir: sealDir, env: env, exited: make(chan struct{})}
-	c.start()
-	t.Cleanup(func() { c.kill() })
-	return c
+	return launch(t, &coordinator{sealDir: sealDir, env: env})
 }
 
 // startRaceCoordinator is startCoordinator with the race detector's build
 // of the coordinator (raceCoordinatorBin), for runs of concurrent clients.
 func startRaceCoordinator(t testing.TB, sealDir string, env ...string) *coordinator {
 	t.Helper()
-	if sealDir == "" {
-		sealDir = t.TempDir()
-	}
-	c := &coordinator{t: t, sealDir: sealDir, env: env, exited: make(chan struct{}), race: true}
-	c.start()
-	t.Cleanup(func() { c.kill() })
-	return c
+	return launch(t, &coordinator{sealDir: sealDir, env: env, race: true})
 }
 
 // startListening is startCoordinator that returns as soon as the APIs
@@ -142,10 +130,17 @@ func startRaceCoordinator(t testing.TB, sealDir string, env ...string) *coordina
 // answers that it is starting).
 func startListening(t testing.TB, sealDir string, env ...string) *coordinator {
 	t.Helper()
-	if sealDir == "" {
-		sealDir = t.TempDir()
+	return launch(t, &coordinator{sealDir: sealDir, env: env, listenOnly: true})
+}
+
+// launch starts c for t (in a new temporary seal directory if c has none)
+// and kills it when t ends.
+func launch(t testing.TB, c *coordinator) *coordinator {
+	t.Helper()
+	if c.sealDir == "" {
+		c.sealDir = t.TempDir()
 	}
-	c := &coordinator{t: t, sealDir: sealDir, env: env, exited: make(chan struct{}), listenOnly: true}
+	c.t, c.exited = t, make(chan struct{})
 	c.start()
 	t.Cleanup(func() { c.kill() })
 	return c
