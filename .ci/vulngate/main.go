@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -92,7 +93,7 @@ func gate(r io.Reader, release string) (accepted, failed []string, err error) {
 			}
 			continue
 		}
-		line := fmt.Sprintf("%s in %s %s (%s.%s), fixed in %s", f.OSV, top.Module, top.Version, top.Package, top.Function, cmpOr(f.FixedVersion, "no release"))
+		line := fmt.Sprintf("%s in %s %s (%s.%s), fixed in %s", f.OSV, top.Module, top.Version, top.Package, top.Function, cmp.Or(f.FixedVersion, "no release"))
 		if !seen[line] {
 			seen[line] = true
 			failed = append(failed, line)
@@ -118,11 +119,4 @@ func goVersion(v string) ([3]int, bool) {
 		out[i] = n
 	}
 	return out, true
-}
-
-func cmpOr(s, alt string) string {
-	if s == "" {
-		return alt
-	}
-	return s
 }

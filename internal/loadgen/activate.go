@@ -467,8 +467,8 @@ func (b *bench) activateOn(ctx context.Context, v activateVariant, setBody []byt
 		return fmt.Errorf("%s: %w", v.name, err)
 	}
 	b.progress("%s: coordinator %s started: pid %d, https://%s, Marble API %s", v.name, o.CoordinatorBin, c.PID(), c.Addr, mesh)
-	if _, status, msg, err := b.setManifest(ctx, c.Addr, setBody); err != nil || status != http.StatusOK {
-		return fmt.Errorf("%s: setting the activation manifest (%s): %s", v.name, v.desc, describe(status, msg, err))
+	if x, _ := b.setManifest(ctx, c.Addr, insecureTLS, setBody, false); x.err != nil || x.status != http.StatusOK {
+		return fmt.Errorf("%s: setting the activation manifest (%s): %s", v.name, v.desc, describe(x.status, x.msg, x.err))
 	}
 	if err := b.activate(ctx, v.name, mesh, v.marbleType, v.desc); err != nil {
 		return err

@@ -326,20 +326,7 @@ func (b *bench) started(ctx context.Context, selected []string) error {
 		}
 		return nil
 	}
-	cert, certPEM, err := NewUserCertificate("quarry-bench")
-	if err != nil {
-		return err
-	}
-	raw, info, err := GenerateManifest(ManifestOptions{
-		TargetBytes: int(o.ManifestKB * 1024),
-		Secrets:     o.Secrets,
-		Mix:         o.Mix,
-		UserCertPEM: certPEM,
-	})
-	if err != nil {
-		return err
-	}
-	setBody, err := SetRequest(raw)
+	cert, raw, setBody, info, err := b.generatedManifest()
 	if err != nil {
 		return err
 	}
@@ -358,8 +345,8 @@ func (b *bench) started(ctx context.Context, selected []string) error {
 		defer c.Stop()
 		b.rep.Target.Addr, b.rep.Target.PID = c.Addr, c.PID()
 		b.progress("coordinator %s started: pid %d, https://%s", o.CoordinatorBin, c.PID(), c.Addr)
-		if _, status, msg, err := b.setManifest(ctx, c.Addr, setBody); err != nil || status != http.StatusOK {
-			return fmt.Errorf("setting the generated manifest (%d bytes): %s", len(raw), describe(status, msg, err))
+		if x, _ := b.setManifest(ctx, c.Addr, insecureTLS, setBody, false); x.err != nil || x.status != http.StatusOK {
+			return fmt.Errorf("setting the generated manifest (%d bytes): %s", len(raw), describe(x.status, x.msg, x.err))
 		}
 		b.progress("manifest set: %d bytes, %d shared secrets", info.Bytes, info.Secrets)
 		base := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true}
@@ -427,6 +414,31 @@ func (b *bench) load(ctx context.Context, name, addr string, cfg *tls.Config, se
 	return nil
 }
 
+// generatedManifest makes quarry-bench's user and the manifest of the
+// options (-secrets, -mix, -manifest-kb) naming it, with the body of
+// POST /api/v2/manifest.
+func (b *bench) generatedManifest() (user tls.Certificate, raw, body []byte, info ManifestInfo, err error) {
+	user, userPEM, err := NewUserCertificate("quarry-bench")
+	if err != nil {
+		return tls.Certificate{}, nil, nil, ManifestInfo{}, err
+	}
+	raw, info, err = GenerateManifest(ManifestOptions{
+		TargetBytes: int(b.o.ManifestKB * 1024),
+		Secrets:     b.o.Secrets,
+		Mix:         b.o.Mix,
+		UserCertPEM: userPEM,
+	})
+	if err != nil {
+		return tls.Certificate{}, nil, nil, ManifestInfo{}, err
+	}
+	body, err = SetRequest(raw)
+	return user, raw, body, info, err
+}
+
+// insecureTLS is the client configuration of the Coordinators quarry-bench
+// starts itself (their certificates are new with every start).
+var insecureTLS = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true}
+
 // setManifestRuns times POST /api/v2/manifest on o.Runs fresh Coordinators.
 func (b *bench) setManifestRuns(ctx context.Context, body []byte, info ManifestInfo) error {
 	o := b.o
@@ -436,73 +448,32 @@ func (b *bench) setManifestRuns(ctx context.Context, body []byte, info ManifestI
 			return setOutcome{}, fmt.Errorf("set-manifest run %d: %w", i+1, err)
 		}
 		defer c.Stop()
-		var x setOutcome
-		x.d, x.status, x.msg, x.err = b.setManifest(ctx, c.Addr, body)
+		x, _ := b.setManifest(ctx, c.Addr, insecureTLS, body, false)
 		return x, nil
 	})
 }
 
 // setManifestRemote times POST /api/v2/manifest once on the running
-// Coordinator at addr: a generated manifest (-secrets, -mix, -manifest-kb)
-// set on a Coordinator waiting for its first one, so that scripts can time
-// Coordinators quarry-bench does not start (MarbleRun's too), each fresh.
-// A Coordinator in any other state is left alone: the scenario is skipped,
-// and the reason returned.
-func (b *bench) setManifestRemote(ctx context.Context, addr string, cfg *tls.Config) (string, error) {
-	code, err := statusCode(ctx, addr, cfg)
-	if err != nil {
-		return "", fmt.Errorf("set-manifest: %w", err)
-	}
-	if code != stateAcceptingManifest {
-		return fmt.Sprintf("the Coordinator at -addr is in state %d, not %d (waiting for its first manifest): set-manifest needs a fresh one", code, stateAcceptingManifest), nil
-	}
-	_, certPEM, err := NewUserCertificate("quarry-bench")
+// Coordinator at addr: a generated manifest set on a Coordinator waiting
+// for its first one, so that scripts can time Coordinators quarry-bench
+// does not start (MarbleRun's too), each fresh. A Coordinator in any other
+// state is left alone: the scenario is skipped, and the reason returned.
+func (b *bench) setManifestRemote(ctx context.Context, addr string, cfg *tls.Config) (skip string, err error) {
+	_, _, body, info, err := b.generatedManifest()
 	if err != nil {
 		return "", err
 	}
-	raw, info, err := GenerateManifest(ManifestOptions{TargetBytes: int(b.o.ManifestKB * 1024), Secrets: b.o.Secrets, Mix: b.o.Mix, UserCertPEM: certPEM})
-	if err != nil {
-		return "", err
-	}
-	body, err := SetRequest(raw)
-	if err != nil {
-		return "", err
+	x, skip := b.setManifest(ctx, addr, cfg, body, true)
+	if skip != "" {
+		return skip, nil
 	}
 	b.rep.Manifest = &info
-	return "", b.timeSetManifest(ctx, 1, info, func(int) (setOutcome, error) {
-		var x setOutcome
-		x.d, x.status, x.msg, x.err = b.setManifest(ctx, addr, body)
-		return x, nil
-	})
+	return "", b.timeSetManifest(ctx, 1, info, func(int) (setOutcome, error) { return x, nil })
 }
 
 // stateAcceptingManifest is the status code of a Coordinator waiting for its
 // first manifest (GET /api/v2/status).
 const stateAcceptingManifest = 2
-
-// statusCode returns the state code GET /api/v2/status answers.
-func statusCode(ctx context.Context, addr string, cfg *tls.Config) (int, error) {
-	t := newTransport(RunConfig{TLS: cfg}, nil)
-	defer t.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+v2.PathStatus, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := (&http.Client{Transport: t, Timeout: time.Minute}).Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	var answer struct {
-		Data struct {
-			Code int `json:"code"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&answer); err != nil || resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s: HTTP %d, %v", v2.PathStatus, resp.StatusCode, err)
-	}
-	return answer.Data.Code, nil
-}
 
 // setOutcome is one POST of set-manifest: its wall time, the HTTP status
 // and answer, or the transport error.
@@ -526,25 +497,23 @@ func (b *bench) timeSetManifest(ctx context.Context, n int, info ManifestInfo, s
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		d, status, msg, err := x.d, x.status, x.msg, x.err
 		r.Requests++
 		switch {
-		case err != nil:
+		case x.err != nil:
 			r.Errors++
-		case status != http.StatusOK:
+		case x.status != http.StatusOK:
 			r.Non2xx++
 		default:
-			times = append(times, d)
-			r.RunsSeconds = append(r.RunsSeconds, d.Seconds())
-		}
-		if err != nil || status != http.StatusOK {
-			if r.FirstError == "" {
-				r.FirstError = describe(status, msg, err)
-			}
-			b.progress("set-manifest run %d/%d: failed: %s", i+1, n, describe(status, msg, err))
+			times = append(times, x.d)
+			r.RunsSeconds = append(r.RunsSeconds, x.d.Seconds())
+			b.progress("set-manifest run %d/%d: %d bytes, %d secrets: %v", i+1, n, info.Bytes, info.Secrets, x.d.Round(time.Microsecond))
 			continue
 		}
-		b.progress("set-manifest run %d/%d: %d bytes, %d secrets: %v", i+1, n, info.Bytes, info.Secrets, d.Round(time.Microsecond))
+		why := describe(x.status, x.msg, x.err)
+		if r.FirstError == "" {
+			r.FirstError = why
+		}
+		b.progress("set-manifest run %d/%d: failed: %s", i+1, n, why)
 	}
 	r.MedianSeconds = Median(times).Seconds()
 	r.ErrorRate = errorRate(r.Requests, r.Non2xx, r.Errors)
@@ -561,45 +530,53 @@ func describe(status int, msg string, err error) string {
 
 // setManifest posts body to the Coordinator at addr and returns the wall
 // time of the POST alone, from sending to the end of the answer: the
-// connection is opened (and checked) before, with GET status.
-func (b *bench) setManifest(ctx context.Context, addr string, body []byte) (time.Duration, int, string, error) {
-	t := newTransport(RunConfig{
-		HTTP2: b.o.HTTP2,
-		TLS:   &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true},
-	}, nil)
+// connection is opened (and checked) before, with GET status. With
+// onlyFresh, a Coordinator whose status names another state than one
+// waiting for its first manifest gets no POST: skip says why.
+func (b *bench) setManifest(ctx context.Context, addr string, cfg *tls.Config, body []byte, onlyFresh bool) (x setOutcome, skip string) {
+	t := newTransport(RunConfig{HTTP2: b.o.HTTP2, TLS: cfg}, nil)
 	defer t.CloseIdleConnections()
 	hc := &http.Client{Transport: t, Timeout: 5 * time.Minute}
 	get, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+v2.PathStatus, nil)
 	if err != nil {
-		return 0, 0, "", err
+		return setOutcome{err: err}, ""
 	}
 	resp, err := hc.Do(get)
 	if err != nil {
-		return 0, 0, "", err
+		return setOutcome{err: err}, ""
 	}
+	var status struct {
+		Data struct {
+			Code int `json:"code"`
+		} `json:"data"`
+	}
+	decodeErr := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&status)
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, 0, "", fmt.Errorf("GET %s: HTTP %d", v2.PathStatus, resp.StatusCode)
+	if resp.StatusCode != http.StatusOK || (onlyFresh && decodeErr != nil) {
+		return setOutcome{err: fmt.Errorf("GET %s: HTTP %d (%v)", v2.PathStatus, resp.StatusCode, decodeErr)}, ""
+	}
+	if code := status.Data.Code; onlyFresh && code != stateAcceptingManifest {
+		return setOutcome{}, fmt.Sprintf("the Coordinator at -addr is in state %d, not %d (waiting for its first manifest): set-manifest needs a fresh one", code, stateAcceptingManifest)
 	}
 
 	post, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+v2.PathManifest, bytes.NewReader(body))
 	if err != nil {
-		return 0, 0, "", err
+		return setOutcome{err: err}, ""
 	}
 	post.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err = hc.Do(post)
 	if err != nil {
-		return 0, 0, "", err
+		return setOutcome{err: err}, ""
 	}
 	answer, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	d := time.Since(start)
 	if err != nil {
-		return 0, 0, "", err
+		return setOutcome{err: err}, ""
 	}
-	return d, resp.StatusCode, strings.TrimSpace(string(answer)), nil
+	return setOutcome{d: d, status: resp.StatusCode, msg: strings.TrimSpace(string(answer))}, ""
 }
 
 // machine describes the CPU the benchmark runs on.

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -171,9 +172,7 @@ func TestBenchRemote(t *testing.T) {
 	}
 }
 
-// TestBenchStarted runs the started-Coordinator flow with a stand-in: a
-// script that announces the address of a test server and sleeps.
-// With -addr, set-manifest sets a generated manifest once on a Coordinator
+// TestBenchRemoteSetManifest: with -addr, set-manifest sets a generated manifest once on a Coordinator
 // waiting for its first one and reports the POST's time; an answer other
 // than 200 counts as non-2xx.
 func TestBenchRemoteSetManifest(t *testing.T) {
@@ -234,6 +233,8 @@ func TestBenchRemoteSetManifest(t *testing.T) {
 	}
 }
 
+// TestBenchStarted runs the started-Coordinator flow with a stand-in: a
+// script that announces the address of a test server and sleeps.
 func TestBenchStarted(t *testing.T) {
 	var mu sync.Mutex
 	var posted []byte
@@ -341,4 +342,29 @@ func allCounted(t *testing.T, rep *Report, window time.Duration) bool {
 		}
 	}
 	return all
+}
+
+// TestBenchRemoteSetManifestStatusFails: when GET /api/v2/status fails,
+// set-manifest posts nothing and reports the failure as an error.
+func TestBenchRemoteSetManifestStatusFails(t *testing.T) {
+	var posts atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			posts.Add(1)
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"status":"error","message":"starting"}`))
+	}))
+	defer srv.Close()
+	o := DefaultOptions()
+	o.Addr, o.Insecure = srv.Listener.Addr().String(), true
+	o.Scenarios = []string{ScenarioSetManifest}
+	o.Progress = io.Discard
+	rep, err := Bench(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rep.Scenarios[0]; r.Requests != 1 || r.Errors != 1 || !strings.Contains(r.FirstError, "HTTP 503") || posts.Load() != 0 {
+		t.Errorf("result %+v, %d POSTs", r, posts.Load())
+	}
 }

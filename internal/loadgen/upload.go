@@ -191,8 +191,8 @@ func (b *bench) uploadOn(ctx context.Context, addr string, base *tls.Config) err
 	if err != nil {
 		return err
 	}
-	if _, status, msg, err := b.setManifest(ctx, addr, body); err != nil || status != http.StatusOK {
-		return fmt.Errorf("%s: setting the upload manifest (%d users) needs a Coordinator without a manifest: %s", ScenarioUploadConcurrent, len(users), describe(status, msg, err))
+	if x, _ := b.setManifest(ctx, addr, insecureTLS, body, false); x.err != nil || x.status != http.StatusOK {
+		return fmt.Errorf("%s: setting the upload manifest (%d users) needs a Coordinator without a manifest: %s", ScenarioUploadConcurrent, len(users), describe(x.status, x.msg, x.err))
 	}
 	return b.upload(ctx, addr, base, users)
 }

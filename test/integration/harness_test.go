@@ -140,7 +140,7 @@ func launch(t testing.TB, c *coordinator) *coordinator {
 	if c.sealDir == "" {
 		c.sealDir = t.TempDir()
 	}
-	c.t, c.exited = t, make(chan struct{})
+	c.t, c.exited = t, make(chan struct{}) // kill waits on exited, even if start fails early
 	c.start()
 	t.Cleanup(func() { c.kill() })
 	return c
