@@ -38,8 +38,9 @@ func benchManifest(b *testing.B, n int) []byte {
 			Package: "backend",
 			Parameters: Parameters{
 				Files: map[string]File{"/secret": {Data: fmt.Sprintf("{{hex .Secrets.%s}}", secret)}},
-				Env:   map[string]File{"ROOT": {Data: "{{pem .MarbleRun.RootCA.Cert}}"}},
-				Argv:  []string{"./app"},
+				// Most values of real manifests are plain (no action).
+				Env:  map[string]File{"ROOT": {Data: "{{pem .MarbleRun.RootCA.Cert}}"}, "MODE": {Data: "production"}, "PORT": {Data: "8443"}},
+				Argv: []string{"./app"},
 			},
 		}
 		m.Users[fmt.Sprintf("user%d", i)] = User{Certificate: benchCertificate(b, i), Roles: []string{"update", "read"}}

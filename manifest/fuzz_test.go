@@ -107,11 +107,12 @@ func checkFileRoundTrip(t *testing.T, file File) {
 	}
 }
 
-// FuzzTemplate checks the template nesting estimate against the real parser
-// and that rendering any template neither panics nor escapes its budget.
+// FuzzTemplate checks the template nesting estimate against the real parser,
+// that rendering any template neither panics nor escapes its budget, and
+// that a text without an action renders as text/template renders it.
 func FuzzTemplate(f *testing.F) {
 	for _, seed := range []string{
-		"", "{{if 1}}{{else if 2}}{{end}}", `{{print "}}{{if 1}}"}}`, "{{/* {{if */}}", "{{`}}`}}{{with 1}}{{end}}",
+		"", "plain {text} }} \x00", "{{if 1}}{{else if 2}}{{end}}", `{{print "}}{{if 1}}"}}`, "{{/* {{if */}}", "{{`}}`}}{{with 1}}{{end}}",
 		`{{define "a"}}{{range 3}}{{template "a"}}{{end}}{{end}}{{template "a"}}`,
 		`{{printf "%08x|%s" (raw .Secrets.sym) .Secrets}}`, `{{pem .Secrets.cert.Cert}}{{hex .Secrets.plain}}`,
 		"{{- if 1 -}}{{- range $i, $x := .Secrets -}}{{$i}}{{- end -}}{{- end -}}",
@@ -122,6 +123,9 @@ func FuzzTemplate(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, text string) {
 		checkNestingBound(t, text)
+		if !strings.Contains(text, "{{") {
+			samePlainRendering(t, text, maxTemplateOutput)
+		}
 		data := testTemplateData()
 		for _, strict := range []bool{false, true} {
 			r := newRenderer(data, newBudget(), false)

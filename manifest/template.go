@@ -183,10 +183,19 @@ func (r *renderer) env(name string, f File) ([]byte, error) {
 	return out, nil
 }
 
-// execute parses text as a template named name and runs it within the
-// renderer's budget. It returns the output (unless the renderer only counts
-// it) and whether the output contains a NUL byte.
+// execute renders text, as a template named name, within the renderer's
+// budget. It returns the output (unless the renderer only counts it) and
+// whether the output contains a NUL byte.
 func (r *renderer) execute(name, text string, funcs template.FuncMap) ([]byte, bool, error) {
+	if !strings.Contains(text, "{{") {
+		return r.plain(text)
+	}
+	return r.executeTemplate(name, text, funcs)
+}
+
+// executeTemplate parses text as a template named name and runs it (see
+// execute).
+func (r *renderer) executeTemplate(name, text string, funcs template.FuncMap) ([]byte, bool, error) {
 	if d := templateNesting(text); d > maxTemplateNesting {
 		return nil, false, fmt.Errorf("template: %s: actions nested %d deep, more than %d levels", name, d, maxTemplateNesting)
 	}
@@ -215,6 +224,24 @@ func (r *renderer) execute(name, text string, funcs template.FuncMap) ([]byte, b
 	r.b.calls = 0
 	if err := t.Execute(w, r.data); err != nil {
 		return nil, false, err
+	}
+	if w.keep && w.buf == nil {
+		w.buf = []byte{}
+	}
+	return w.buf, w.nul, nil
+}
+
+// plain renders a text without an action: text/template starts an action
+// only at "{{", so such a text renders as itself. Building a template for
+// it (the functions checked, the text parsed) costs far more than its
+// output, and most Env values and many files have no action. The output
+// is charged to the budget as Execute would write it.
+func (r *renderer) plain(text string) ([]byte, bool, error) {
+	w := &limitedWriter{b: r.b, keep: r.keep}
+	if text != "" {
+		if _, err := w.Write([]byte(text)); err != nil {
+			return nil, false, err
+		}
 	}
 	if w.keep && w.buf == nil {
 		w.buf = []byte{}

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"bytes"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -401,4 +402,48 @@ func listDepth(l *parse.ListNode) int {
 		deepest = max(deepest, 1+max(listDepth(b.List), listDepth(b.ElseList)))
 	}
 	return deepest
+}
+
+// samePlainRendering checks that a text without an action renders, on the
+// shortcut execute takes, exactly as text/template renders it: the same
+// output, the same NUL report, the same error, the same budget charged.
+func samePlainRendering(t *testing.T, text string, outBudget int64) {
+	t.Helper()
+	for _, keep := range []bool{true, false} {
+		fast := newRenderer(testTemplateData(), newBudget(), keep)
+		slow := newRenderer(testTemplateData(), newBudget(), keep)
+		fast.b.out, slow.b.out = outBudget, outBudget
+		gotOut, gotNUL, gotErr := fast.execute("E", text, fast.envFunc)
+		wantOut, wantNUL, wantErr := slow.executeTemplate("E", text, slow.envFunc)
+		if !bytes.Equal(gotOut, wantOut) || (gotOut == nil) != (wantOut == nil) || gotNUL != wantNUL || !sameError(gotErr, wantErr) {
+			t.Fatalf("keep=%v, %q: the shortcut gives (%q, nul %v, %v), text/template (%q, nul %v, %v)", keep, text, gotOut, gotNUL, gotErr, wantOut, wantNUL, wantErr)
+		}
+		if fast.b.out != slow.b.out || fast.b.work != slow.b.work {
+			t.Fatalf("keep=%v, %q: the shortcut leaves the budget at out %d, work %d; text/template at %d, %d", keep, text, fast.b.out, fast.b.work, slow.b.out, slow.b.work)
+		}
+	}
+}
+
+// TestPlainTextRendersAsItself: a text with no "{{" is not parsed as a
+// template; what it renders to must not change because of that.
+func TestPlainTextRendersAsItself(t *testing.T) {
+	for _, text := range []string{
+		"", "production", "8080", "{", "}", "}}", "{ {", "a{b}c", "{}{", "%s %v %!", "line 1\nline 2\r\n",
+		"nul\x00inside", "\x00", "ünïcödé ✓",
+		strings.Repeat("x", 1<<16),
+	} {
+		samePlainRendering(t, text, maxTemplateOutput)
+	}
+	// The output budget runs out the same way.
+	samePlainRendering(t, "0123456789", 9)
+	samePlainRendering(t, "0123456789", 10)
+	samePlainRendering(t, "", 0)
+}
+
+// sameError: both nil, or one wraps the other.
+func sameError(a, b error) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return errors.Is(a, b) || errors.Is(b, a)
 }
