@@ -166,8 +166,10 @@ func TestOldKeyFileIsConvertedAtEveryCrashPoint(t *testing.T) {
 					if opErr != nil {
 						t.Fatal(opErr)
 					}
-					if k != 3 {
-						t.Errorf("upload %d after the old pair: %d write steps, want 2", uploads, k-1)
+					// The key file, and the blob: staged beside it, then
+					// put in place.
+					if k != 4 {
+						t.Errorf("upload %d after the old pair: %d write steps, want 3", uploads, k-1)
 					}
 					break
 				}

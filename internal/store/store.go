@@ -52,3 +52,28 @@ func MoveAside(ctx context.Context, s Store, suffix string) (string, error) {
 type Copier interface {
 	CopyAside(ctx context.Context, suffix string) (string, error)
 }
+
+// Stager is an optional capability of a store whose Save writes the new
+// blob somewhere first and then puts it in place (a file store: a synced
+// temporary file, then a rename). Stage starts that first part in the
+// background and returns at once; the returned Staged puts the blob in
+// place. The caller can so overlap the slow, durable write of a blob with
+// another store's write (the Vault: the data blob with the key file) and
+// still decide later, and in order, when the blob is stored. A staged
+// blob is invisible to Load until its Save; a crash leaves the stored blob
+// as it was.
+type Stager interface {
+	Stage(ctx context.Context, blob []byte) Staged
+}
+
+// Staged is a blob written by Stager.Stage and not yet in place. Exactly
+// one of Save and Discard is called.
+type Staged interface {
+	// Save waits for the staged write, then replaces the stored blob with
+	// it as Store.Save does (compare-and-swap on prevRev, durable when it
+	// returns). It fails, changing nothing, when the staged write failed
+	// or another Save or Stage of the store came in between.
+	Save(ctx context.Context, prevRev Revision) (Revision, error)
+	// Discard waits for the staged write and removes what it wrote.
+	Discard()
+}

@@ -26,10 +26,11 @@
 //     when the new blob names it, else to the new blob) AND, unless that
 //     entry already opens the stored blob, the current data key bound to
 //     the stored blob (its key ID when it names one, else the blob itself);
-//     2. the blob is written. That is the first state, a new data key, a
-//     new seal mode, a key file with a second entry (the commit after a
-//     key change drops it), and a key file of format version 1 (converted
-//     by its first commit).
+//     2. the blob is written (on a store that stages, store.Stager, its
+//     durable write runs beside 1 and only its placing waits for 1).
+//     That is the first state, a new data key, a new seal mode, a key
+//     file with a second entry (the commit after a key change drops it),
+//     and a key file of format version 1 (converted by its first commit).
 //
 // A stored blob that was never opened (recovery, a state being replaced)
 // gets no entry, and K is bound to the new blob alone when an entry bound
@@ -466,13 +467,23 @@ func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layou
 		}
 		return v.commitShared(ctx, s, blob, keyFile, dek, mode, layout)
 	}
+	var staged store.Staged
 	if !v.keyFileHolds(blob, dek, mode) {
 		keyFile, held, err := v.keyFileFor(blob, dek, mode)
 		if err != nil {
 			return err
 		}
+		// The blob's durable write runs beside the key file's; it is put
+		// in place only after the key file is (the order the contract
+		// needs is that of the renames, not of the writes).
+		if st, ok := v.data.(store.Stager); ok {
+			staged = st.Stage(ctx, blob)
+		}
 		rev, err := v.key.Save(ctx, keyFile, v.keyRev)
 		if err != nil {
+			if staged != nil {
+				staged.Discard()
+			}
 			// Both the old and the new key file open the stored blob:
 			// only the revision needs to be read back.
 			v.keyFile = nil
@@ -481,7 +492,13 @@ func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layou
 		}
 		v.keyRev, v.keyFile = rev, held
 	}
-	rev, err := v.data.Save(ctx, blob, v.dataRev)
+	var rev store.Revision
+	var err error
+	if staged != nil {
+		rev, err = staged.Save(ctx, v.dataRev)
+	} else {
+		rev, err = v.data.Save(ctx, blob, v.dataRev)
+	}
 	if err != nil {
 		return v.afterFailedWrite(ctx, blob, dek, mode, err)
 	}

@@ -45,12 +45,16 @@ type Store struct {
 	path string
 
 	mu sync.Mutex // serialises Save and MoveAside within this Store
+	// tmpGen counts the writers of <name>.tmp (Save, Stage): a staged
+	// blob is put in place only while its writer was the last one.
+	tmpGen uint64
 }
 
 var (
 	_ store.Store  = (*Store)(nil)
 	_ store.Mover  = (*Store)(nil)
 	_ store.Copier = (*Store)(nil)
+	_ store.Stager = (*Store)(nil)
 )
 
 // New returns a Store for the file <dir>/<name>, creating dir with mode 0700
@@ -132,6 +136,7 @@ func (s *Store) Save(ctx context.Context, blob []byte, prevRev store.Revision) (
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.tmpGen++
 
 	_, cur, err := s.read()
 	if err != nil {
@@ -146,6 +151,13 @@ func (s *Store) Save(ctx context.Context, blob []byte, prevRev store.Revision) (
 		os.Remove(tmp)
 		return "", fmt.Errorf("filestore: save: %w", err)
 	}
+	return s.putInPlace(ctx, blob)
+}
+
+// putInPlace renames the synced <name>.tmp holding blob over <name> and
+// syncs the directory. Callers hold mu.
+func (s *Store) putInPlace(ctx context.Context, blob []byte) (store.Revision, error) {
+	tmp := s.path + tmpSuffix
 	// Last point at which nothing has changed: honour a cancellation here.
 	if err := ctx.Err(); err != nil {
 		os.Remove(tmp)
@@ -159,6 +171,75 @@ func (s *Store) Save(ctx context.Context, blob []byte, prevRev store.Revision) (
 		return "", fmt.Errorf("filestore: save: %w", err)
 	}
 	return revision(blob), nil
+}
+
+// Stage writes and syncs <name>.tmp in the background (store.Stager); the
+// store's other writes wait until that is done. Its Save renames the file
+// into place as Save does.
+func (s *Store) Stage(ctx context.Context, blob []byte) store.Staged {
+	s.mu.Lock() // unlocked by the write below, when it is done
+	s.tmpGen++
+	st := &staged{s: s, blob: blob, gen: s.tmpGen, done: make(chan struct{})}
+	go func() {
+		defer close(st.done)
+		defer s.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			st.err = err
+			return
+		}
+		if err := writeSynced(s.path+tmpSuffix, blob); err != nil {
+			os.Remove(s.path + tmpSuffix)
+			st.err = err
+		}
+	}()
+	return st
+}
+
+// staged is a blob Stage writes to <name>.tmp.
+type staged struct {
+	s    *Store
+	blob []byte
+	gen  uint64
+	done chan struct{}
+	err  error // of the write, once done is closed
+}
+
+// errStagedReplaced: another Save or Stage wrote <name>.tmp after Stage.
+var errStagedReplaced = errors.New("the staged blob was replaced by another write")
+
+func (st *staged) Save(ctx context.Context, prevRev store.Revision) (store.Revision, error) {
+	<-st.done
+	if st.err != nil {
+		return "", fmt.Errorf("filestore: save: %w", st.err)
+	}
+	s := st.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tmpGen != st.gen {
+		return "", fmt.Errorf("filestore: save: %w", errStagedReplaced)
+	}
+	s.tmpGen++
+	_, cur, err := s.read()
+	if err != nil {
+		os.Remove(s.path + tmpSuffix)
+		return "", err
+	}
+	if cur != prevRev {
+		os.Remove(s.path + tmpSuffix)
+		return "", store.ErrConflict
+	}
+	return s.putInPlace(ctx, st.blob)
+}
+
+func (st *staged) Discard() {
+	<-st.done
+	s := st.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tmpGen == st.gen {
+		s.tmpGen++
+		os.Remove(s.path + tmpSuffix)
+	}
 }
 
 // writeSynced writes blob to a new file at path with mode 0600 and syncs it.

@@ -364,3 +364,41 @@ func lockChild(dir string) {
 	io.Copy(io.Discard, os.Stdin)
 	os.Exit(0)
 }
+
+// TestStageLeavesNoTempFile: a staged blob, saved or discarded, leaves only
+// the store's file, with its mode.
+func TestStageLeavesNoTempFile(t *testing.T) {
+	dir := t.TempDir()
+	s := newStore(t, dir)
+	rev, err := s.Stage(t.Context(), []byte("staged")).Save(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stage(t.Context(), []byte("discarded")).Discard()
+	if got := dirEntries(t, dir); !slices.Equal(got, []string{name}) {
+		t.Errorf("directory holds %q, want only %q", got, name)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, name)); fi.Mode() != 0o600 {
+		t.Errorf("mode = %v, want 0600", fi.Mode())
+	}
+	save(t, s, "next", rev)
+}
+
+// TestStageWriteFails: when the staged file cannot be written, its Save
+// fails and the stored blob stays.
+func TestStageWriteFails(t *testing.T) {
+	dir := t.TempDir()
+	s := newStore(t, dir)
+	rev := save(t, s, "kept", "")
+	// A non-empty directory where the temporary file goes: it can be
+	// neither removed nor created.
+	if err := os.MkdirAll(filepath.Join(dir, name+".tmp", "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stage(t.Context(), []byte("lost")).Save(t.Context(), rev); err == nil {
+		t.Fatal("the staged Save succeeded although its file could not be written")
+	}
+	if got := readFile(t, filepath.Join(dir, name)); got != "kept" {
+		t.Errorf("file holds %q, want %q", got, "kept")
+	}
+}

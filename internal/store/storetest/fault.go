@@ -89,11 +89,32 @@ func (f *Faults) Saved() [][]byte {
 	return append([][]byte(nil), f.saved...)
 }
 
-// Wrap returns s with faults injected into its write steps.
-func (f *Faults) Wrap(s store.Store) store.Store { return &faulty{f: f, s: s} }
+// Wrap returns s with faults injected into its write steps. A store that
+// stages (store.Stager) stays one: Stage is a write step when it is
+// called (its write runs in the background, or not at all), and the
+// staged blob's Save another.
+func (f *Faults) Wrap(s store.Store) store.Store { return f.wrap(s, false) }
 
-// WrapLogged is Wrap, and the blobs passed to Save are kept for Saved.
-func (f *Faults) WrapLogged(s store.Store) store.Store { return &faulty{f: f, s: s, log: true} }
+// WrapLogged is Wrap, and the blobs passed to Save (and staged blobs,
+// when their Save is called) are kept for Saved.
+func (f *Faults) WrapLogged(s store.Store) store.Store { return f.wrap(s, true) }
+
+func (f *Faults) wrap(s store.Store, log bool) store.Store {
+	w := &faulty{f: f, s: s, log: log}
+	if st, ok := s.(store.Stager); ok {
+		return &faultyStager{faulty: w, st: st}
+	}
+	return w
+}
+
+// logSaved keeps blob for Saved when w is logged.
+func (w *faulty) logSaved(blob []byte) {
+	if w.log {
+		w.f.mu.Lock()
+		w.f.saved = append(w.f.saved, append([]byte{}, blob...))
+		w.f.mu.Unlock()
+	}
+}
 
 // read is called before every read.
 func (f *Faults) read() error {
@@ -106,11 +127,22 @@ func (f *Faults) read() error {
 }
 
 // write runs one write step: do carries it out.
-func (f *Faults) write(do func() error) error {
+func (f *Faults) write(do func() error) error { return f.step().run(do) }
+
+// fate is what happens at one write step, decided when the step is taken.
+type fate struct {
+	crashed bool      // the process was already dead: nothing happens
+	hit     bool      // the fault fires here
+	mode    FaultMode // how, when hit
+	at      int
+}
+
+// step counts one write step and decides its fate.
+func (f *Faults) step() fate {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.crashed {
-		f.mu.Unlock()
-		return fmt.Errorf("%w: crashed", ErrInjected)
+		return fate{crashed: true}
 	}
 	f.steps++
 	hit := f.at > 0 && (f.steps == f.at || f.persistent && f.steps > f.at)
@@ -124,16 +156,33 @@ func (f *Faults) write(do func() error) error {
 			f.crashed = true
 		}
 	}
-	f.mu.Unlock()
-	if !hit {
-		return do()
+	return fate{hit: hit, mode: mode, at: f.at}
+}
+
+// writes reports whether the step's write happens.
+func (d fate) writes() bool {
+	return !d.crashed && (!d.hit || d.mode == FailAfter || d.mode == CrashAfter)
+}
+
+// err is the step's error after its write (if any) succeeded.
+func (d fate) err() error {
+	switch {
+	case d.crashed:
+		return fmt.Errorf("%w: crashed", ErrInjected)
+	case d.hit:
+		return fmt.Errorf("%w: %s at write step %d", ErrInjected, d.mode, d.at)
 	}
-	if mode == FailAfter || mode == CrashAfter {
+	return nil
+}
+
+// run carries the step out with do.
+func (d fate) run(do func() error) error {
+	if d.writes() {
 		if err := do(); err != nil {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: %s at write step %d", ErrInjected, mode, f.at)
+	return d.err()
 }
 
 type faulty struct {
@@ -156,11 +205,7 @@ func (w *faulty) Load(ctx context.Context) ([]byte, store.Revision, error) {
 }
 
 func (w *faulty) Save(ctx context.Context, blob []byte, prev store.Revision) (store.Revision, error) {
-	if w.log {
-		w.f.mu.Lock()
-		w.f.saved = append(w.f.saved, append([]byte{}, blob...))
-		w.f.mu.Unlock()
-	}
+	w.logSaved(blob)
 	var rev store.Revision
 	err := w.f.write(func() (err error) {
 		rev, err = w.s.Save(ctx, blob, prev)
@@ -196,4 +241,58 @@ func (w *faulty) CopyAside(ctx context.Context, suffix string) (string, error) {
 		return err
 	})
 	return where, err
+}
+
+// faultyStager is a faulty store over a store that stages.
+type faultyStager struct {
+	*faulty
+	st store.Stager
+}
+
+var _ store.Stager = (*faultyStager)(nil)
+
+func (w *faultyStager) Stage(ctx context.Context, blob []byte) store.Staged {
+	d := w.f.step()
+	fs := &faultyStaged{w: w, blob: blob, stageErr: d.err()}
+	if d.writes() {
+		fs.under = w.st.Stage(ctx, blob)
+	}
+	return fs
+}
+
+// faultyStaged is a staged blob whose Stage step may have failed.
+type faultyStaged struct {
+	w        *faultyStager
+	blob     []byte
+	under    store.Staged // nil: the staged write did not happen
+	stageErr error
+}
+
+// Save is where Saved records the blob: it is put in place in this order.
+func (s *faultyStaged) Save(ctx context.Context, prev store.Revision) (store.Revision, error) {
+	s.w.logSaved(s.blob)
+	if s.stageErr != nil {
+		if s.under != nil {
+			s.under.Discard() // written, but its caller was told it failed
+		}
+		return "", s.stageErr
+	}
+	var rev store.Revision
+	err := s.w.f.write(func() (err error) {
+		rev, err = s.under.Save(ctx, prev)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return rev, nil
+}
+
+// Discard waits for the staged write even after a crash (a test's
+// directory must not be written to once it ends); what it removes is
+// invisible to Load either way.
+func (s *faultyStaged) Discard() {
+	if s.under != nil {
+		s.under.Discard()
+	}
 }

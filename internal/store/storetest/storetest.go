@@ -15,7 +15,8 @@ import (
 )
 
 // Run checks that the stores made by newStore follow the store.Store
-// contract, and the store.Mover contract when they implement it. Every
+// contract, and the store.Mover and store.Stager contracts when they
+// implement them. Every
 // subtest calls newStore once and expects an empty store.
 //
 // Revisions may be derived from content (two saves of equal bytes may yield
@@ -42,6 +43,11 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"MoveAsideEmpty", testMoveAsideEmpty},
 		{"MoveAsideCancelled", testMoveAsideCancelled},
 		{"CopyAside", testCopyAside},
+		{"Stage", testStage},
+		{"StageDiscard", testStageDiscard},
+		{"StageReplaced", testStageReplaced},
+		{"StageStale", testStageStale},
+		{"StageCancelled", testStageCancelled},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -376,4 +382,106 @@ func testCopyAside(t *testing.T, s store.Store) {
 	if _, err := s.Save(t.Context(), []byte("next"), rev); err != nil {
 		t.Fatalf("Save after CopyAside: %v", err)
 	}
+}
+
+// stager returns s as a store.Stager, or skips a store that cannot stage
+// (the capability is optional).
+func stager(t *testing.T, s store.Store) store.Stager {
+	t.Helper()
+	st, ok := s.(store.Stager)
+	if !ok {
+		t.Skip("the store does not stage (store.Stager is optional)")
+	}
+	return st
+}
+
+// testStage: a staged blob is invisible until its Save, which stores it
+// as Save would.
+func testStage(t *testing.T, s store.Store) {
+	st := stager(t, s)
+	rev1, err := st.Stage(t.Context(), []byte("first")).Save(t.Context(), "")
+	if err != nil {
+		t.Fatalf("staged Save of the first blob: %v", err)
+	}
+	expect(t, s, []byte("first"), rev1)
+	staged := st.Stage(t.Context(), []byte("second, staged"))
+	expect(t, s, []byte("first"), rev1)
+	rev2, err := staged.Save(t.Context(), rev1)
+	if err != nil {
+		t.Fatalf("staged Save: %v", err)
+	}
+	if rev2 == "" || rev2 == rev1 {
+		t.Fatalf("staged Save returned revision %q (before: %q)", rev2, rev1)
+	}
+	expect(t, s, []byte("second, staged"), rev2)
+	rev3 := mustSave(t, s, []byte("third"), rev2)
+	expect(t, s, []byte("third"), rev3)
+}
+
+// testStageDiscard: a discarded blob changes nothing.
+func testStageDiscard(t *testing.T, s store.Store) {
+	st := stager(t, s)
+	st.Stage(t.Context(), []byte("never stored")).Discard()
+	expectEmpty(t, s)
+	rev := mustSave(t, s, []byte("first"), "")
+	st.Stage(t.Context(), []byte("never stored either")).Discard()
+	expect(t, s, []byte("first"), rev)
+}
+
+// testStageReplaced: a Save between Stage and its Save wins; the staged
+// blob is then refused and stores nothing.
+func testStageReplaced(t *testing.T, s store.Store) {
+	st := stager(t, s)
+	staged := st.Stage(t.Context(), []byte("staged"))
+	rev := mustSave(t, s, []byte("saved in between"), "")
+	if _, err := staged.Save(t.Context(), rev); err == nil {
+		t.Fatal("a staged blob was stored after another Save of the store")
+	}
+	expect(t, s, []byte("saved in between"), rev)
+	// A second Stage replaces the first as well.
+	first := st.Stage(t.Context(), []byte("first staged"))
+	second := st.Stage(t.Context(), []byte("second staged"))
+	if _, err := first.Save(t.Context(), rev); err == nil {
+		t.Fatal("a staged blob was stored after another Stage of the store")
+	}
+	expect(t, s, []byte("saved in between"), rev)
+	rev2, err := second.Save(t.Context(), rev)
+	if err != nil {
+		t.Fatalf("the last staged blob: %v", err)
+	}
+	expect(t, s, []byte("second staged"), rev2)
+}
+
+// testStageStale: a staged blob's Save from a stale revision is
+// ErrConflict and changes nothing.
+func testStageStale(t *testing.T, s store.Store) {
+	st := stager(t, s)
+	rev1 := mustSave(t, s, []byte("one"), "")
+	rev2 := mustSave(t, s, []byte("two"), rev1)
+	if _, err := st.Stage(t.Context(), []byte("stale")).Save(t.Context(), rev1); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("staged Save from a stale revision: err = %v, want ErrConflict", err)
+	}
+	expect(t, s, []byte("two"), rev2)
+	if _, err := st.Stage(t.Context(), []byte("stale")).Save(t.Context(), ""); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("staged Save as the first blob over a stored one: err = %v, want ErrConflict", err)
+	}
+	expect(t, s, []byte("two"), rev2)
+}
+
+// testStageCancelled: a context cancelled before Stage, or before the
+// staged blob's Save, stores nothing.
+func testStageCancelled(t *testing.T, s store.Store) {
+	st := stager(t, s)
+	rev := mustSave(t, s, []byte("kept"), "")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := st.Stage(ctx, []byte("cancelled")).Save(t.Context(), rev); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stage with a cancelled context, then Save: err = %v, want context.Canceled", err)
+	}
+	expect(t, s, []byte("kept"), rev)
+	if _, err := st.Stage(t.Context(), []byte("cancelled")).Save(ctx, rev); !errors.Is(err, context.Canceled) {
+		t.Fatalf("staged Save with a cancelled context: err = %v, want context.Canceled", err)
+	}
+	expect(t, s, []byte("kept"), rev)
+	mustSave(t, s, []byte("goes on"), rev)
 }
