@@ -536,6 +536,16 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 	}
 
 	raw = append([]byte(nil), raw...)
+	dek, recoverySecrets, pub, err := newRecoverySecrets(rand.Reader, m)
+	if err != nil {
+		return nil, err
+	}
+	if s.state != StateRecovery && m.Config.SealMode != manifest.SealModeDisabled {
+		// The key file of the first state is written while the state is
+		// built (its commit then writes sealed_data alone).
+		c.vault.WriteFirstKey(ctx, dek, m.Config.SealMode)
+		defer c.vault.Settle(ctx)
+	}
 	sig, err := s.ca.SignRoot(rand.Reader, raw)
 	if err != nil {
 		return nil, fmt.Errorf("signing manifest: %w", err)
@@ -547,10 +557,6 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 	c.logs.KnowRootKey(persistedCA.RootKey, s.ca.RootKey)
 	rootSecret := make([]byte, 32)
 	if _, err := io.ReadFull(rand.Reader, rootSecret); err != nil {
-		return nil, err
-	}
-	dek, recoverySecrets, pub, err := newRecoverySecrets(rand.Reader, m)
-	if err != nil {
 		return nil, err
 	}
 	header := sealedstate.Header{Format: sealedstate.Format, Recovery: pub}

@@ -145,7 +145,7 @@ func TestCommitSurvivesEveryFault(t *testing.T) {
 					for k := 1; ; k++ {
 						fired := false
 						for _, m := range modes {
-							if commitWithFault(t, sealer, vs, i, k, m.mode, m.persistent) {
+							if commitWithFault(t, sealer, vs, i, k, m.mode, m.persistent, false) {
 								fired = true
 							}
 						}
@@ -163,9 +163,38 @@ func TestCommitSurvivesEveryFault(t *testing.T) {
 	}
 }
 
+// TestFirstKeyWrittenEarlySurvivesEveryFault: the key file of a first
+// state written ahead of its commit (WriteFirstKey), with each fault at
+// each write step.
+func TestFirstKeyWrittenEarlySurvivesEveryFault(t *testing.T) {
+	modes := []storetest.FaultMode{storetest.FailBefore, storetest.FailAfter, storetest.CrashBefore, storetest.CrashAfter}
+	for sname, sealer := range map[string]seal.KeySealer{"simulation": seal.SimulationKeySealer{}, "gramine": gramineSealer(t)} {
+		t.Run(sname, func(t *testing.T) {
+			vs := namedVersions(t)[4:] // a first blob that names its key
+			for k := 1; ; k++ {
+				fired := false
+				for _, m := range modes {
+					for _, persistent := range []bool{false, true} {
+						if commitWithFault(t, sealer, vs, 0, k, m, persistent, true) {
+							fired = true
+						}
+					}
+				}
+				if !fired {
+					if k != 3 {
+						t.Fatalf("%d write steps, want 2 (the key file ahead, then the blob alone)", k-1)
+					}
+					return
+				}
+			}
+		})
+	}
+}
+
 // commitWithFault stores vs[:i], then commits vs[i] with a fault at write
-// step k and checks the outcome; it reports whether the fault fired.
-func commitWithFault(t *testing.T, sealer seal.KeySealer, vs []version, i, k int, mode storetest.FaultMode, persistent bool) bool {
+// step k and checks the outcome; it reports whether the fault fired. With
+// early, the key file is written ahead of the commit (WriteFirstKey).
+func commitWithFault(t *testing.T, sealer seal.KeySealer, vs []version, i, k int, mode storetest.FaultMode, persistent, early bool) bool {
 	t.Helper()
 	name := fmt.Sprintf("step %d %s persistent=%v", k, mode, persistent)
 	ctx := context.Background()
@@ -198,6 +227,9 @@ func commitWithFault(t *testing.T, sealer seal.KeySealer, vs []version, i, k int
 	}
 	next := vs[i]
 	faults.Arm(k, mode, persistent)
+	if early {
+		v.WriteFirstKey(ctx, next.dek, next.mode)
+	}
 	err := v.Commit(ctx, next.blob, next.dek, next.mode, nil)
 	faults.Disarm()
 	if !faults.Fired() {
