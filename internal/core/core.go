@@ -541,10 +541,12 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 		return nil, err
 	}
 	if s.state != StateRecovery && m.Config.SealMode != manifest.SealModeDisabled {
-		// The key file of the first state is written while the state is
-		// built (its commit then writes sealed_data alone).
-		c.vault.WriteFirstKey(ctx, dek, m.Config.SealMode)
-		defer c.vault.Settle(ctx)
+		// The key file of the first state is written and synced while
+		// the state is built; the commit puts it in place.
+		if err := c.vault.StageFirstKey(ctx, dek, m.Config.SealMode); err != nil {
+			return nil, err
+		}
+		defer c.vault.Discard()
 	}
 	sig, err := s.ca.SignRoot(rand.Reader, raw)
 	if err != nil {

@@ -163,10 +163,10 @@ func TestCommitSurvivesEveryFault(t *testing.T) {
 	}
 }
 
-// TestFirstKeyWrittenEarlySurvivesEveryFault: the key file of a first
-// state written ahead of its commit (WriteFirstKey), with each fault at
+// TestFirstKeyStagedEarlySurvivesEveryFault: the key file of a first
+// state staged ahead of its commit (StageFirstKey), with each fault at
 // each write step.
-func TestFirstKeyWrittenEarlySurvivesEveryFault(t *testing.T) {
+func TestFirstKeyStagedEarlySurvivesEveryFault(t *testing.T) {
 	modes := []storetest.FaultMode{storetest.FailBefore, storetest.FailAfter, storetest.CrashBefore, storetest.CrashAfter}
 	for sname, sealer := range map[string]seal.KeySealer{"simulation": seal.SimulationKeySealer{}, "gramine": gramineSealer(t)} {
 		t.Run(sname, func(t *testing.T) {
@@ -181,8 +181,8 @@ func TestFirstKeyWrittenEarlySurvivesEveryFault(t *testing.T) {
 					}
 				}
 				if !fired {
-					if k != 3 {
-						t.Fatalf("%d write steps, want 2 (the key file ahead, then the blob alone)", k-1)
+					if k != 5 {
+						t.Fatalf("%d write steps, want 4 (the key file staged ahead, the blob staged, each put in place)", k-1)
 					}
 					return
 				}
@@ -193,7 +193,7 @@ func TestFirstKeyWrittenEarlySurvivesEveryFault(t *testing.T) {
 
 // commitWithFault stores vs[:i], then commits vs[i] with a fault at write
 // step k and checks the outcome; it reports whether the fault fired. With
-// early, the key file is written ahead of the commit (WriteFirstKey).
+// early, the key file is staged ahead of the commit (StageFirstKey).
 func commitWithFault(t *testing.T, sealer seal.KeySealer, vs []version, i, k int, mode storetest.FaultMode, persistent, early bool) bool {
 	t.Helper()
 	name := fmt.Sprintf("step %d %s persistent=%v", k, mode, persistent)
@@ -227,10 +227,13 @@ func commitWithFault(t *testing.T, sealer seal.KeySealer, vs []version, i, k int
 	}
 	next := vs[i]
 	faults.Arm(k, mode, persistent)
+	var err error
 	if early {
-		v.WriteFirstKey(ctx, next.dek, next.mode)
+		err = v.StageFirstKey(ctx, next.dek, next.mode)
 	}
-	err := v.Commit(ctx, next.blob, next.dek, next.mode, nil)
+	if err == nil {
+		err = v.Commit(ctx, next.blob, next.dek, next.mode, nil)
+	}
 	faults.Disarm()
 	if !faults.Fired() {
 		if err != nil {

@@ -1,19 +1,34 @@
 package vault
 
-// The key file of a first state written ahead of its commit
-// (WriteFirstKey): the commit then writes the blob alone.
+// The key file of a first state staged ahead of its commit
+// (StageFirstKey): written and synced while the state is built, put in
+// place by the commit.
 
 import (
 	"bytes"
 	"context"
 	"os"
-	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/quarry-cc/quarry/internal/seal"
 )
 
-func TestFirstKeyWrittenAhead(t *testing.T) {
+// dirNames lists the files in dir.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestFirstKeyStagedAhead(t *testing.T) {
 	for sname, sealer := range map[string]seal.KeySealer{"simulation": seal.SimulationKeySealer{}, "gramine": gramineSealer(t)} {
 		t.Run(sname, func(t *testing.T) {
 			ctx := context.Background()
@@ -22,16 +37,24 @@ func TestFirstKeyWrittenAhead(t *testing.T) {
 			k1 := bytes.Repeat([]byte{1}, 32)
 			v := loggedVault(t, dir, sealer, log)
 			openAs(t, v, "")
-			v.WriteFirstKey(ctx, k1, "ProductKey")
+			if err := v.StageFirstKey(ctx, k1, "ProductKey"); err != nil {
+				t.Fatal(err)
+			}
+			if v.early == nil {
+				t.Fatal("nothing was staged")
+			}
 			first := sealed(t, k1, "first state", true)
 			if err := v.Commit(ctx, first, k1, "ProductKey", nil); err != nil {
 				t.Fatal(err)
 			}
 			if got := log.take(); !sameSaves(got, "key", "data") {
-				t.Fatalf("the first commit saves %v, want [key data] (the key file ahead, then the blob)", got)
+				t.Fatalf("the first commit puts %v in place, want [key data]", got)
 			}
 			if e := keyEntries(t, dir); len(e) != 1 || !e[0].ByKeyID || e[0].Binding != seal.KeyID(k1) || !seal.SealedIn(sealer, e[0].Sealed, "ProductKey") {
-				t.Fatalf("the key file written ahead is %+v, want k1 alone, bound to its key ID, sealed in ProductKey", e)
+				t.Fatalf("the staged key file is %+v, want k1 alone, bound to its key ID, sealed in ProductKey", e)
+			}
+			if got := dirNames(t, dir); !slices.Equal(got, []string{"sealed_data", "sealed_key"}) {
+				t.Fatalf("the directory holds %q", got)
 			}
 			if blob, dek := open(t, restart(t, dir, sealer)); !bytes.Equal(blob, first) || !bytes.Equal(dek, k1) {
 				t.Fatal("a restart does not open the first state")
@@ -52,10 +75,9 @@ func TestFirstKeyWrittenAhead(t *testing.T) {
 	}
 }
 
-// A first state given up after its key file was written ahead leaves that
-// key file alone: it opens nothing, a restart moves it aside, and the next
-// first commit of the same process replaces it.
-func TestFirstKeyAbandoned(t *testing.T) {
+// A first state given up after its key file was staged leaves nothing:
+// the staged file is removed, and the next first commit goes on.
+func TestFirstKeyDiscarded(t *testing.T) {
 	ctx := context.Background()
 	sealer := seal.SimulationKeySealer{}
 	dir := t.TempDir()
@@ -63,46 +85,41 @@ func TestFirstKeyAbandoned(t *testing.T) {
 	k1, k2 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
 	v := loggedVault(t, dir, sealer, log)
 	openAs(t, v, "")
-	v.WriteFirstKey(ctx, k1, "ProductKey")
-	v.Settle(ctx)
-	if got := log.take(); !sameSaves(got, "key") {
-		t.Fatalf("saves %v, want [key]", got)
-	}
-	cp := t.TempDir()
-	raw, err := os.ReadFile(filepath.Join(dir, "sealed_key"))
-	if err != nil {
+	if err := v.StageFirstKey(ctx, k1, "ProductKey"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(cp, "sealed_key"), raw, 0o600); err != nil {
+	v.Discard()
+	if got := log.take(); len(got) != 0 {
+		t.Fatalf("put %v in place, want nothing", got)
+	}
+	if got := dirNames(t, dir); len(got) != 0 {
+		t.Fatalf("a discarded key file left %q", got)
+	}
+	// Staging again replaces an earlier staged key file, too.
+	if err := v.StageFirstKey(ctx, k1, "ProductKey"); err != nil {
 		t.Fatal(err)
 	}
-	if blob, _ := open(t, loggedVault(t, cp, sealer, &saveLog{})); blob != nil {
-		t.Fatal("a key file without a blob opened a state")
+	if err := v.StageFirstKey(ctx, k2, "ProductKey"); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(cp, "sealed_key")); !os.IsNotExist(err) {
-		t.Fatalf("a restart left the key file without a blob in place (stat: %v)", err)
-	}
-
-	// The same process sets a first state again, under another key.
-	v.WriteFirstKey(ctx, k2, "ProductKey")
 	first := sealed(t, k2, "first state", true)
 	if err := v.Commit(ctx, first, k2, "ProductKey", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := log.take(); !sameSaves(got, "key", "data") {
-		t.Fatalf("the first commit saves %v, want [key data]", got)
+		t.Fatalf("the first commit puts %v in place, want [key data]", got)
 	}
 	if e := keyEntries(t, dir); len(e) != 1 || e[0].Binding != seal.KeyID(k2) {
-		t.Fatalf("the key file holds %d entries (first bound to %x), want k2's alone", len(e), e[0].Binding)
+		t.Fatalf("the key file holds %d entries, want k2's alone", len(e))
 	}
 	if blob, dek := open(t, restart(t, dir, sealer)); !bytes.Equal(blob, first) || !bytes.Equal(dek, k2) {
 		t.Fatal("a restart does not open the first state")
 	}
 }
 
-// A commit that is not the one the key file was written for (another key,
-// a blob that names no key) writes its own key file: the one written ahead
-// is only used when it opens the blob.
+// A commit that is not the one the key file was staged for (another key,
+// another mode, a blob that names no key) writes its own key file: the
+// staged one is used only when it opens the blob.
 func TestFirstKeyNotForThisCommit(t *testing.T) {
 	ctx := context.Background()
 	sealer := seal.SimulationKeySealer{}
@@ -121,23 +138,28 @@ func TestFirstKeyNotForThisCommit(t *testing.T) {
 			log := &saveLog{}
 			v := loggedVault(t, dir, sealer, log)
 			openAs(t, v, "")
-			v.WriteFirstKey(ctx, k1, "ProductKey")
+			if err := v.StageFirstKey(ctx, k1, "ProductKey"); err != nil {
+				t.Fatal(err)
+			}
 			if err := v.Commit(ctx, c.blob, c.dek, c.mode, nil); err != nil {
 				t.Fatal(err)
 			}
-			if got := log.take(); !sameSaves(got, "key", "key", "data") {
-				t.Fatalf("saves %v, want [key key data] (the key file ahead, then the commit's own)", got)
+			if got := log.take(); !sameSaves(got, "key", "data") {
+				t.Fatalf("puts %v in place, want [key data] (the commit's own key file)", got)
 			}
 			if blob, dek := open(t, restart(t, dir, sealer)); !bytes.Equal(blob, c.blob) || !bytes.Equal(dek, c.dek) {
 				t.Fatal("a restart does not open the committed state")
+			}
+			if got := dirNames(t, dir); !slices.Equal(got, []string{"sealed_data", "sealed_key"}) {
+				t.Fatalf("the directory holds %q", got)
 			}
 		})
 	}
 }
 
-// With a state stored, WriteFirstKey writes nothing: the key file must
+// With a state stored, StageFirstKey stages nothing: the key file must
 // keep opening that state, which only Commit's key file does.
-func TestFirstKeyNotWrittenOverAStoredState(t *testing.T) {
+func TestFirstKeyNotStagedOverAStoredState(t *testing.T) {
 	ctx := context.Background()
 	sealer := seal.SimulationKeySealer{}
 	dir := t.TempDir()
@@ -150,19 +172,24 @@ func TestFirstKeyNotWrittenOverAStoredState(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.take()
-	v.WriteFirstKey(ctx, k2, "ProductKey")
-	v.Settle(ctx)
-	if got := log.take(); len(got) != 0 {
-		t.Fatalf("WriteFirstKey with a state stored saved %v", got)
+	if err := v.StageFirstKey(ctx, k2, "ProductKey"); err != nil {
+		t.Fatal(err)
 	}
-	if blob, dek := open(t, restart(t, dir, sealer)); !bytes.Equal(blob, first) || !bytes.Equal(dek, k1) {
-		t.Fatal("a restart does not open the stored state")
+	if v.early != nil {
+		t.Fatal("a key file was staged with a state stored")
 	}
 	second := sealed(t, k2, "new key", true)
 	if err := v.Commit(ctx, second, k2, "ProductKey", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := log.take(); !sameSaves(got, "key", "data") {
-		t.Fatalf("the key change saves %v, want [key data]", got)
+		t.Fatalf("the key change puts %v in place, want [key data]", got)
+	}
+	// A key change: the new key, and the old one bound to the stored blob.
+	if e := keyEntries(t, dir); len(e) != 2 || e[0].Binding != seal.KeyID(k2) || e[1].Binding != seal.KeyID(k1) {
+		t.Fatalf("the key file holds %+v, want k2's entry and k1's", e)
+	}
+	if blob, dek := open(t, restart(t, dir, sealer)); !bytes.Equal(blob, second) || !bytes.Equal(dek, k2) {
+		t.Fatal("a restart does not open the new state")
 	}
 }

@@ -50,6 +50,24 @@ func (s *loggedStore) Save(ctx context.Context, blob []byte, prev store.Revision
 	return s.Store.Save(ctx, blob, prev)
 }
 
+// Stage stages on the wrapped store (a file store); the log records the
+// staged blob when it is put in place.
+func (s *loggedStore) Stage(ctx context.Context, blob []byte) store.Staged {
+	return &loggedStaged{Staged: s.Store.(store.Stager).Stage(ctx, blob), s: s}
+}
+
+type loggedStaged struct {
+	store.Staged
+	s *loggedStore
+}
+
+func (l *loggedStaged) Save(ctx context.Context, prev store.Revision) (store.Revision, error) {
+	l.s.log.mu.Lock()
+	l.s.log.saves = append(l.s.log.saves, l.s.name)
+	l.s.log.mu.Unlock()
+	return l.Staged.Save(ctx, prev)
+}
+
 func (s *loggedStore) MoveAside(ctx context.Context, suffix string) (string, error) {
 	return store.MoveAside(ctx, s.Store, suffix)
 }

@@ -117,8 +117,8 @@ type Vault struct {
 	pairKeyRev store.Revision
 	pairLoaded bool
 
-	// early is the key file of a first state being written ahead of its
-	// commit (WriteFirstKey), until Commit or Settle takes its outcome.
+	// early is the key file of a first state staged ahead of its commit
+	// (StageFirstKey), until Commit or Discard.
 	early *earlyKey
 
 	// Per-instance key entries (instancekeys.go): set on a shared store.
@@ -242,7 +242,7 @@ var ErrOutcomeUnknown = errors.New("whether it was stored is unknown")
 
 // LoadBlob reads the sealed blob; store.ErrNotFound when there is none.
 func (v *Vault) LoadBlob(ctx context.Context) ([]byte, error) {
-	v.Settle(ctx)
+	v.Discard()
 	if s := v.shared(); s != nil {
 		return v.loadShared(ctx, s)
 	}
@@ -355,7 +355,7 @@ func (v *Vault) Opened(dek []byte, mode string, layout *Layout) {
 // during the first write, or by a lost sealed_data): it opens nothing, so
 // it is moved aside (never deleted) and the first commit starts clean.
 func (v *Vault) SetStrayKeyAside(ctx context.Context, suffix string) error {
-	v.Settle(ctx)
+	v.Discard()
 	_, rev, err := v.key.Load(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -383,7 +383,7 @@ func (v *Vault) SetStrayKeyAside(ctx context.Context, suffix string) error {
 // recovery found is deliberately not bound to the stored blob: until the
 // recovered state is stored, a restart is in recovery mode as before.
 func (v *Vault) Recovered(ctx context.Context, suffix string) error {
-	v.Settle(ctx)
+	v.Discard()
 	v.keyFile = nil
 	where, err := store.MoveAside(ctx, v.key, suffix)
 	if errors.Is(err, store.ErrNotFound) {
@@ -404,7 +404,7 @@ func (v *Vault) Recovered(ctx context.Context, suffix string) error {
 // until the new one overwrites it, so a crash in between still finds the
 // old, recoverable state.
 func (v *Vault) ReplaceUnrecovered(ctx context.Context, suffix string) ([]string, error) {
-	v.Settle(ctx)
+	v.Discard()
 	var moved []string
 	v.keyFile = nil
 	where, err := store.MoveAside(ctx, v.key, suffix)
@@ -444,79 +444,50 @@ func (v *Vault) ReplaceUnrecovered(ctx context.Context, suffix string) ([]string
 	return moved, nil
 }
 
-// earlyKey is a key file WriteFirstKey writes in the background: its
-// fields are set by that write alone and read after done is closed.
+// earlyKey is the key file of a first state staged ahead of its commit
+// (StageFirstKey).
 type earlyKey struct {
-	dek  []byte
-	mode string
-	done chan struct{}
-	rev  store.Revision
-	held *heldKey
-	err  error
+	dek    []byte
+	mode   string
+	staged store.Staged
 }
 
-// WriteFirstKey starts writing, in the background, the key file of a
-// first state (nothing is stored yet) under data key dek in seal mode mode:
+// StageFirstKey starts writing the key file of a first state (nothing is
+// stored yet) under data key dek in seal mode mode ahead of its commit:
 // dek sealed in mode and bound to its key ID, the key file Commit writes
-// for a first blob that names that key ID. The caller goes on building
-// the state; its Commit of such a blob waits for this write and then
-// writes the blob alone. Placing the key file first is step 1 of every
-// commit that writes both (see the package comment): a crash before the
-// blob leaves a key file without a blob, which opens nothing (the next
-// start moves it aside), and a key file without a blob is replaced by the
-// next commit's. The caller calls Commit or Settle afterwards (Settle
-// when it gives up before its commit). On a shared store, with a blob
-// stored, or after a write whose outcome is unknown it does nothing:
-// Commit writes the key file itself.
-func (v *Vault) WriteFirstKey(ctx context.Context, dek []byte, mode string) {
-	v.Settle(ctx)
-	if v.shared() != nil || v.instance != nil || v.disk != nil || v.unsure {
-		return
+// for a first blob that names that key ID. It is staged (store.Stager):
+// written and synced in the background while the caller builds the
+// state, and invisible until the Commit of such a blob puts it in place
+// — then the blob, as always. A caller that gives up before its commit
+// calls Discard. Without a key store that stages, on a shared store, with
+// a blob stored, or after a write whose outcome is unknown it does
+// nothing: Commit writes the key file itself.
+func (v *Vault) StageFirstKey(ctx context.Context, dek []byte, mode string) error {
+	v.Discard()
+	st, ok := v.key.(store.Stager)
+	if !ok || v.shared() != nil || v.instance != nil || v.disk != nil || v.unsure {
+		return nil
 	}
-	e := &earlyKey{dek: dek, mode: mode, done: make(chan struct{})}
-	prevRev := v.keyRev
 	id := seal.KeyID(dek)
-	v.early = e
-	go func() {
-		defer close(e.done)
-		entry := seal.KeyEntry{Binding: id, ByKeyID: true}
-		var err error
-		if entry.Sealed, err = v.sealer.SealKey(dek, id[:], mode); err != nil {
-			e.err = fmt.Errorf("sealing data key: %w", err)
-			return
-		}
-		keyFile, err := seal.EncodeKeyFile([]seal.KeyEntry{entry})
-		if err != nil {
-			e.err = err
-			return
-		}
-		if e.rev, e.err = v.key.Save(ctx, keyFile, prevRev); e.err == nil {
-			e.held = &heldKey{id: id, mode: mode}
-		}
-	}()
+	entry := seal.KeyEntry{Binding: id, ByKeyID: true}
+	var err error
+	if entry.Sealed, err = v.sealer.SealKey(dek, id[:], mode); err != nil {
+		return fmt.Errorf("sealing data key: %w", err)
+	}
+	keyFile, err := seal.EncodeKeyFile([]seal.KeyEntry{entry})
+	if err != nil {
+		return err
+	}
+	v.early = &earlyKey{dek: dek, mode: mode, staged: st.Stage(ctx, keyFile)}
+	return nil
 }
 
-// Settle waits for a key file WriteFirstKey is writing and takes its
-// outcome: the Vault then knows what the key store holds.
-func (v *Vault) Settle(ctx context.Context) {
+// Discard drops a key file StageFirstKey staged and no Commit used.
+func (v *Vault) Discard() {
 	if e := v.early; e != nil {
 		v.early = nil
-		<-e.done
-		v.absorb(ctx, e)
+		e.staged.Discard()
 	}
-}
-
-// absorb takes the outcome of an early key file write.
-func (v *Vault) absorb(ctx context.Context, e *earlyKey) error {
-	if e.err != nil {
-		// The key file store's content is unknown: read its revision back
-		// (either key file opens nothing that is stored).
-		v.keyFile = nil
-		v.reloadKeyRev(ctx)
-		return fmt.Errorf("storing sealed data key: %w", e.err)
-	}
-	v.keyRev, v.keyFile = e.rev, e.held
-	return nil
 }
 
 // Commit durably stores blob, sealed under dek. The key file is written
@@ -529,16 +500,13 @@ func (v *Vault) absorb(ctx context.Context, e *earlyKey) error {
 // says that the new state is stored). On a store that keeps chunks, blob
 // is a head and layout its chunks.
 func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layout *Layout) error {
-	keyPlaced := false
-	if e := v.early; e != nil {
-		v.early = nil
-		<-e.done
-		if err := v.absorb(ctx, e); err != nil {
-			return err
-		}
-		// The key file placed ahead is this commit's when nothing is
-		// stored yet and the blob is under its key and names it.
-		keyPlaced = v.disk == nil && bytes.Equal(e.dek, dek) && seal.CanonicalMode(e.mode) == seal.CanonicalMode(mode) && names(blob, seal.KeyID(dek))
+	// A key file staged ahead (StageFirstKey) is this commit's when
+	// nothing is stored yet and the blob is under its key and names it.
+	early := v.early
+	v.early = nil
+	if early != nil && !(v.disk == nil && !v.unsure && bytes.Equal(early.dek, dek) && seal.CanonicalMode(early.mode) == seal.CanonicalMode(mode) && names(blob, seal.KeyID(dek))) {
+		early.staged.Discard()
+		early = nil
 	}
 	if v.unsure && v.shared() == nil {
 		if err := v.resolve(ctx); err != nil {
@@ -562,10 +530,14 @@ func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layou
 		return v.commitShared(ctx, s, blob, keyFile, dek, mode, layout)
 	}
 	var staged store.Staged
-	if !keyPlaced && !v.keyFileHolds(blob, dek, mode) {
-		keyFile, held, err := v.keyFileFor(blob, dek, mode)
-		if err != nil {
-			return err
+	if early != nil || !v.keyFileHolds(blob, dek, mode) {
+		var keyFile []byte
+		held := &heldKey{id: seal.KeyID(dek), mode: mode}
+		if early == nil {
+			var err error
+			if keyFile, held, err = v.keyFileFor(blob, dek, mode); err != nil {
+				return err
+			}
 		}
 		// The blob's durable write runs beside the key file's; it is put
 		// in place only after the key file is (the order the contract
@@ -573,7 +545,13 @@ func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layou
 		if st, ok := v.data.(store.Stager); ok {
 			staged = st.Stage(ctx, blob)
 		}
-		rev, err := v.key.Save(ctx, keyFile, v.keyRev)
+		var rev store.Revision
+		var err error
+		if early != nil {
+			rev, err = early.staged.Save(ctx, v.keyRev)
+		} else {
+			rev, err = v.key.Save(ctx, keyFile, v.keyRev)
+		}
 		if err != nil {
 			if staged != nil {
 				staged.Discard()
