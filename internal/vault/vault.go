@@ -27,7 +27,9 @@
 //     entry already opens the stored blob, the current data key bound to
 //     the stored blob (its key ID when it names one, else the blob itself);
 //     2. the blob is written (on a store that stages, store.Stager, its
-//     durable write runs beside 1 and only its placing waits for 1).
+//     durable write runs beside 1 and only its placing waits for 1; the
+//     key file of a first state may even be staged before the blob
+//     exists, StageFirstKey).
 //     That is the first state, a new data key, a new seal mode, a key
 //     file with a second entry (the commit after a key change drops it),
 //     and a key file of format version 1 (converted by its first commit).
