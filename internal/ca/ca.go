@@ -164,7 +164,7 @@ func randInt(rand io.Reader, max *big.Int) (*big.Int, error) {
 }
 
 func create(rand io.Reader, tmpl, parent *x509.Certificate, pub crypto.PublicKey, priv crypto.Signer) (*x509.Certificate, error) {
-	der, err := x509.CreateCertificate(rand, tmpl, parent, pub, priv)
+	der, err := CreateCertificate(rand, tmpl, parent, pub, priv)
 	if err != nil {
 		return nil, err
 	}

@@ -261,7 +261,7 @@ func newCert(rand io.Reader, name string, def manifest.Secret, issuer Issuer, no
 	tmpl.RawSubject, tmpl.RawIssuer, tmpl.Signature = nil, nil, nil
 	tmpl.PublicKey = nil
 
-	der, err := x509.CreateCertificate(rand, &tmpl, issuer.Cert, pub, issuer.Key)
+	der, err := ca.CreateCertificate(rand, &tmpl, issuer.Cert, pub, issuer.Key)
 	if err != nil {
 		return Secret{}, invalidCause(name, err, "creating certificate for secret %s", name)
 	}
