@@ -546,7 +546,7 @@ func (c *Core) trySetManifest(ctx context.Context, raw []byte) (map[string][]byt
 		if err := c.vault.StageFirstKey(ctx, dek, m.Config.SealMode); err != nil {
 			return nil, err
 		}
-		defer c.vault.Discard()
+		defer c.vault.DiscardFirstKey()
 	}
 	sig, err := s.ca.SignRoot(rand.Reader, raw)
 	if err != nil {

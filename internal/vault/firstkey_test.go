@@ -88,7 +88,7 @@ func TestFirstKeyDiscarded(t *testing.T) {
 	if err := v.StageFirstKey(ctx, k1, "ProductKey"); err != nil {
 		t.Fatal(err)
 	}
-	v.Discard()
+	v.DiscardFirstKey()
 	if got := log.take(); len(got) != 0 {
 		t.Fatalf("put %v in place, want nothing", got)
 	}

@@ -120,7 +120,7 @@ type Vault struct {
 	pairLoaded bool
 
 	// early is the key file of a first state staged ahead of its commit
-	// (StageFirstKey), until Commit or Discard.
+	// (StageFirstKey), until Commit or DiscardFirstKey.
 	early *earlyKey
 
 	// Per-instance key entries (instancekeys.go): set on a shared store.
@@ -244,7 +244,7 @@ var ErrOutcomeUnknown = errors.New("whether it was stored is unknown")
 
 // LoadBlob reads the sealed blob; store.ErrNotFound when there is none.
 func (v *Vault) LoadBlob(ctx context.Context) ([]byte, error) {
-	v.Discard()
+	v.DiscardFirstKey()
 	if s := v.shared(); s != nil {
 		return v.loadShared(ctx, s)
 	}
@@ -357,7 +357,7 @@ func (v *Vault) Opened(dek []byte, mode string, layout *Layout) {
 // during the first write, or by a lost sealed_data): it opens nothing, so
 // it is moved aside (never deleted) and the first commit starts clean.
 func (v *Vault) SetStrayKeyAside(ctx context.Context, suffix string) error {
-	v.Discard()
+	v.DiscardFirstKey()
 	_, rev, err := v.key.Load(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -385,7 +385,7 @@ func (v *Vault) SetStrayKeyAside(ctx context.Context, suffix string) error {
 // recovery found is deliberately not bound to the stored blob: until the
 // recovered state is stored, a restart is in recovery mode as before.
 func (v *Vault) Recovered(ctx context.Context, suffix string) error {
-	v.Discard()
+	v.DiscardFirstKey()
 	v.keyFile = nil
 	where, err := store.MoveAside(ctx, v.key, suffix)
 	if errors.Is(err, store.ErrNotFound) {
@@ -406,7 +406,7 @@ func (v *Vault) Recovered(ctx context.Context, suffix string) error {
 // until the new one overwrites it, so a crash in between still finds the
 // old, recoverable state.
 func (v *Vault) ReplaceUnrecovered(ctx context.Context, suffix string) ([]string, error) {
-	v.Discard()
+	v.DiscardFirstKey()
 	var moved []string
 	v.keyFile = nil
 	where, err := store.MoveAside(ctx, v.key, suffix)
@@ -461,11 +461,11 @@ type earlyKey struct {
 // written and synced in the background while the caller builds the
 // state, and invisible until the Commit of such a blob puts it in place
 // — then the blob, as always. A caller that gives up before its commit
-// calls Discard. Without a key store that stages, on a shared store, with
-// a blob stored, or after a write whose outcome is unknown it does
-// nothing: Commit writes the key file itself.
+// calls DiscardFirstKey. Without a key store that stages, on a shared
+// store, with a blob stored, or after a write whose outcome is unknown it
+// does nothing: Commit writes the key file itself.
 func (v *Vault) StageFirstKey(ctx context.Context, dek []byte, mode string) error {
-	v.Discard()
+	v.DiscardFirstKey()
 	st, ok := v.key.(store.Stager)
 	if !ok || v.shared() != nil || v.instance != nil || v.disk != nil || v.unsure {
 		return nil
@@ -484,8 +484,8 @@ func (v *Vault) StageFirstKey(ctx context.Context, dek []byte, mode string) erro
 	return nil
 }
 
-// Discard drops a key file StageFirstKey staged and no Commit used.
-func (v *Vault) Discard() {
+// DiscardFirstKey drops a key file StageFirstKey staged and no Commit used.
+func (v *Vault) DiscardFirstKey() {
 	if e := v.early; e != nil {
 		v.early = nil
 		e.staged.Discard()
