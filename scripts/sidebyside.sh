@@ -9,7 +9,8 @@
 # default mix without RSA keys, whose generation is the same Go code in both
 # and varies tenfold from key to key). A second copy of A (A2, the same binary) runs as
 # well: the A/A difference is the noise of the machine. A, B and A2 run
-# interleaved, ROUNDS times; the script prints every figure and the medians.
+# interleaved, ROUNDS times, in an order that turns every round; the script
+# prints every figure and the medians.
 #
 # MarbleRun is built in a temporary directory from its source in the Go
 # module cache (downloaded with `go mod download` if missing), as its CMake
@@ -139,8 +140,12 @@ fi
 
 results="$work/results"
 : >"$results"
+# The order of A, B and A2 turns with every round: whatever the position in
+# a round costs (the first after a pause, the last before one) falls on
+# each of them in turn.
+orders=("A B A2" "B A2 A" "A2 A B")
 for round in $(seq "$ROUNDS"); do
-	for variant in A B A2; do
+	for variant in ${orders[$(((round - 1) % 3))]}; do
 		bin="$work/quarry"
 		[ "$variant" = B ] && bin="$mr"
 		if part activate; then
