@@ -7,25 +7,23 @@ package vault
 import (
 	"bytes"
 	"context"
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/store/storetest"
 )
 
-// dirNames lists the files in dir.
-func dirNames(t *testing.T, dir string) []string {
+// commitPuts commits blob under dek in mode and checks which stores put
+// a file in place, in order.
+func commitPuts(t *testing.T, v *Vault, log *saveLog, blob, dek []byte, mode string, want ...string) {
 	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
+	if err := v.Commit(context.Background(), blob, dek, mode, nil); err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
+	if got := log.take(); !sameSaves(got, want...) {
+		t.Fatalf("the commit of %q puts %v in place, want %v", plaintextOf(t, version{blob, dek, mode}), got, want)
 	}
-	return names
 }
 
 func TestFirstKeyStagedAhead(t *testing.T) {
@@ -44,16 +42,11 @@ func TestFirstKeyStagedAhead(t *testing.T) {
 				t.Fatal("nothing was staged")
 			}
 			first := sealed(t, k1, "first state", true)
-			if err := v.Commit(ctx, first, k1, "ProductKey", nil); err != nil {
-				t.Fatal(err)
-			}
-			if got := log.take(); !sameSaves(got, "key", "data") {
-				t.Fatalf("the first commit puts %v in place, want [key data]", got)
-			}
+			commitPuts(t, v, log, first, k1, "ProductKey", "key", "data")
 			if e := keyEntries(t, dir); len(e) != 1 || !e[0].ByKeyID || e[0].Binding != seal.KeyID(k1) || !seal.SealedIn(sealer, e[0].Sealed, "ProductKey") {
 				t.Fatalf("the staged key file is %+v, want k1 alone, bound to its key ID, sealed in ProductKey", e)
 			}
-			if got := dirNames(t, dir); !slices.Equal(got, []string{"sealed_data", "sealed_key"}) {
+			if got := storetest.Files(t, dir); !slices.Equal(got, []string{"sealed_data", "sealed_key"}) {
 				t.Fatalf("the directory holds %q", got)
 			}
 			if blob, dek := open(t, restart(t, dir, sealer)); !bytes.Equal(blob, first) || !bytes.Equal(dek, k1) {
@@ -62,12 +55,7 @@ func TestFirstKeyStagedAhead(t *testing.T) {
 			// The Vault knows the key file it placed: the next commit
 			// under the key writes the blob alone.
 			second := sealed(t, k1, "second state", true)
-			if err := v.Commit(ctx, second, k1, "ProductKey", nil); err != nil {
-				t.Fatal(err)
-			}
-			if got := log.take(); !sameSaves(got, "data") {
-				t.Fatalf("the second commit saves %v, want [data]", got)
-			}
+			commitPuts(t, v, log, second, k1, "ProductKey", "data")
 			if blob, _ := open(t, restart(t, dir, sealer)); !bytes.Equal(blob, second) {
 				t.Fatal("a restart does not open the second state")
 			}
@@ -92,7 +80,7 @@ func TestFirstKeyDiscarded(t *testing.T) {
 	if got := log.take(); len(got) != 0 {
 		t.Fatalf("put %v in place, want nothing", got)
 	}
-	if got := dirNames(t, dir); len(got) != 0 {
+	if got := storetest.Files(t, dir); len(got) != 0 {
 		t.Fatalf("a discarded key file left %q", got)
 	}
 	// Staging again replaces an earlier staged key file, too.
@@ -103,12 +91,7 @@ func TestFirstKeyDiscarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := sealed(t, k2, "first state", true)
-	if err := v.Commit(ctx, first, k2, "ProductKey", nil); err != nil {
-		t.Fatal(err)
-	}
-	if got := log.take(); !sameSaves(got, "key", "data") {
-		t.Fatalf("the first commit puts %v in place, want [key data]", got)
-	}
+	commitPuts(t, v, log, first, k2, "ProductKey", "key", "data")
 	if e := keyEntries(t, dir); len(e) != 1 || e[0].Binding != seal.KeyID(k2) {
 		t.Fatalf("the key file holds %d entries, want k2's alone", len(e))
 	}
@@ -141,16 +124,11 @@ func TestFirstKeyNotForThisCommit(t *testing.T) {
 			if err := v.StageFirstKey(ctx, k1, "ProductKey"); err != nil {
 				t.Fatal(err)
 			}
-			if err := v.Commit(ctx, c.blob, c.dek, c.mode, nil); err != nil {
-				t.Fatal(err)
-			}
-			if got := log.take(); !sameSaves(got, "key", "data") {
-				t.Fatalf("puts %v in place, want [key data] (the commit's own key file)", got)
-			}
+			commitPuts(t, v, log, c.blob, c.dek, c.mode, "key", "data")
 			if blob, dek := open(t, restart(t, dir, sealer)); !bytes.Equal(blob, c.blob) || !bytes.Equal(dek, c.dek) {
 				t.Fatal("a restart does not open the committed state")
 			}
-			if got := dirNames(t, dir); !slices.Equal(got, []string{"sealed_data", "sealed_key"}) {
+			if got := storetest.Files(t, dir); !slices.Equal(got, []string{"sealed_data", "sealed_key"}) {
 				t.Fatalf("the directory holds %q", got)
 			}
 		})
@@ -179,12 +157,7 @@ func TestFirstKeyNotStagedOverAStoredState(t *testing.T) {
 		t.Fatal("a key file was staged with a state stored")
 	}
 	second := sealed(t, k2, "new key", true)
-	if err := v.Commit(ctx, second, k2, "ProductKey", nil); err != nil {
-		t.Fatal(err)
-	}
-	if got := log.take(); !sameSaves(got, "key", "data") {
-		t.Fatalf("the key change puts %v in place, want [key data]", got)
-	}
+	commitPuts(t, v, log, second, k2, "ProductKey", "key", "data")
 	// A key change: the new key, and the old one bound to the stored blob.
 	if e := keyEntries(t, dir); len(e) != 2 || e[0].Binding != seal.KeyID(k2) || e[1].Binding != seal.KeyID(k1) {
 		t.Fatalf("the key file holds %+v, want k2's entry and k1's", e)

@@ -47,19 +47,6 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-func dirEntries(t *testing.T, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return newStore(t, t.TempDir())
@@ -92,7 +79,7 @@ func TestNoTempFileLeft(t *testing.T) {
 	s := newStore(t, dir)
 	rev := save(t, s, "one", "")
 	save(t, s, "two", rev)
-	if got := dirEntries(t, dir); !slices.Equal(got, []string{name}) {
+	if got := storetest.Files(t, dir); !slices.Equal(got, []string{name}) {
 		t.Errorf("directory holds %q, want only %q", got, name)
 	}
 }
@@ -243,7 +230,7 @@ func TestMoveAsideBadSuffix(t *testing.T) {
 	if _, got, err := s.Load(t.Context()); err != nil || got != rev {
 		t.Fatalf("state changed by rejected MoveAside calls: %q, %v", got, err)
 	}
-	if got := dirEntries(t, dir); !slices.Equal(got, []string{name}) {
+	if got := storetest.Files(t, dir); !slices.Equal(got, []string{name}) {
 		t.Errorf("directory holds %q, want only %q", got, name)
 	}
 }
@@ -375,7 +362,7 @@ func TestStageLeavesNoTempFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Stage(t.Context(), []byte("discarded")).Discard()
-	if got := dirEntries(t, dir); !slices.Equal(got, []string{name}) {
+	if got := storetest.Files(t, dir); !slices.Equal(got, []string{name}) {
 		t.Errorf("directory holds %q, want only %q", got, name)
 	}
 	if fi, _ := os.Stat(filepath.Join(dir, name)); fi.Mode() != 0o600 {

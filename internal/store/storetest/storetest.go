@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 
@@ -484,4 +485,18 @@ func testStageCancelled(t *testing.T, s store.Store) {
 	}
 	expect(t, s, []byte("kept"), rev)
 	mustSave(t, s, []byte("goes on"), rev)
+}
+
+// Files lists the names in directory dir (a file store's), sorted.
+func Files(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
