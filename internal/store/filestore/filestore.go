@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,11 +177,17 @@ func (s *Store) putInPlace(ctx context.Context, blob []byte) (store.Revision, er
 // Stage writes and syncs <name>.tmp in the background (store.Stager); the
 // store's other writes wait until that is done. Its Save renames the file
 // into place as Save does.
+//
+// With a single P (GOMAXPROCS 1) the write is done before Stage returns:
+// a goroutine blocked in a file system call keeps the only P until the
+// runtime's monitor takes it back (up to milliseconds when the process has
+// been idle), so the caller's work would wait for the write instead of
+// running beside it.
 func (s *Store) Stage(ctx context.Context, blob []byte) store.Staged {
 	s.mu.Lock() // unlocked by the write below, when it is done
 	s.tmpGen++
 	st := &staged{s: s, blob: blob, gen: s.tmpGen, done: make(chan struct{})}
-	go func() {
+	write := func() {
 		defer close(st.done)
 		defer s.mu.Unlock()
 		if err := ctx.Err(); err != nil {
@@ -191,7 +198,12 @@ func (s *Store) Stage(ctx context.Context, blob []byte) store.Staged {
 			os.Remove(s.path + tmpSuffix)
 			st.err = err
 		}
-	}()
+	}
+	if runtime.GOMAXPROCS(0) == 1 {
+		write()
+	} else {
+		go write()
+	}
 	return st
 }
 

@@ -389,3 +389,23 @@ func TestStageWriteFails(t *testing.T) {
 		t.Errorf("file holds %q, want %q", got, "kept")
 	}
 }
+
+// TestStageWithOneP: with GOMAXPROCS 1 the staged file is written before
+// Stage returns (a background write would hold the only P while it
+// syncs), and the staged blob is stored as with more Ps.
+func TestStageWithOneP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	dir := t.TempDir()
+	s := newStore(t, dir)
+	staged := s.Stage(t.Context(), []byte("staged with one P"))
+	if got := readFile(t, filepath.Join(dir, name+".tmp")); got != "staged with one P" {
+		t.Fatalf("after Stage the temporary file holds %q", got)
+	}
+	rev, err := staged.Save(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(dir, name)); got != "staged with one P" || rev != revision([]byte("staged with one P")) {
+		t.Fatalf("file holds %q (revision %q)", got, rev)
+	}
+}
