@@ -314,6 +314,16 @@ func (w *limitedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// output is what was written (an empty, non-nil slice when the output is
+// kept and nothing was written; nil when it is only counted) and whether
+// it holds a NUL byte.
+func (w *limitedWriter) output() ([]byte, bool, error) {
+	if w.keep && w.buf == nil {
+		w.buf = []byte{}
+	}
+	return w.buf, w.nul, nil
+}
+
 // instrument prepares a parsed template for bounded execution: it rejects
 // overlong string constants and calls of the budget's own functions, and
 // inserts a call of tickFunc at the start of every range body and calls of

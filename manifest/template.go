@@ -225,10 +225,7 @@ func (r *renderer) executeTemplate(name, text string, funcs template.FuncMap) ([
 	if err := t.Execute(w, r.data); err != nil {
 		return nil, false, err
 	}
-	if w.keep && w.buf == nil {
-		w.buf = []byte{}
-	}
-	return w.buf, w.nul, nil
+	return w.output()
 }
 
 // plain renders a text without an action: text/template starts an action
@@ -243,10 +240,7 @@ func (r *renderer) plain(text string) ([]byte, bool, error) {
 			return nil, false, err
 		}
 	}
-	if w.keep && w.buf == nil {
-		w.buf = []byte{}
-	}
-	return w.buf, w.nul, nil
+	return w.output()
 }
 
 // secretBytes resolves the argument of raw, hex and base64: bytes of any of

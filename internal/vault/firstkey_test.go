@@ -166,3 +166,22 @@ func TestFirstKeyNotStagedOverAStoredState(t *testing.T) {
 		t.Fatal("a restart does not open the new state")
 	}
 }
+
+// A data key that cannot be sealed (here: a Gramine sealer without its
+// sealing keys) is an error of StageFirstKey, and nothing is staged or
+// written.
+func TestFirstKeyUnsealable(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	v := loggedVault(t, dir, seal.GramineKeySealer{Dir: t.TempDir()}, &saveLog{})
+	openAs(t, v, "")
+	if err := v.StageFirstKey(ctx, bytes.Repeat([]byte{1}, 32), "ProductKey"); err == nil {
+		t.Fatal("a data key the sealer cannot seal was staged")
+	}
+	if v.early != nil {
+		t.Fatal("something was staged")
+	}
+	if got := storetest.Files(t, dir); len(got) != 0 {
+		t.Fatalf("the directory holds %q", got)
+	}
+}

@@ -484,6 +484,13 @@ func (v *Vault) StageFirstKey(ctx context.Context, dek []byte, mode string) erro
 	return nil
 }
 
+// fits reports whether the staged key file opens blob, a first state
+// under dek in mode: the blob is under its key, in its mode, and names its
+// key ID.
+func (e *earlyKey) fits(blob, dek []byte, mode string) bool {
+	return bytes.Equal(e.dek, dek) && seal.CanonicalMode(e.mode) == seal.CanonicalMode(mode) && names(blob, seal.KeyID(dek))
+}
+
 // DiscardFirstKey drops a key file StageFirstKey staged and no Commit used.
 func (v *Vault) DiscardFirstKey() {
 	if e := v.early; e != nil {
@@ -502,11 +509,9 @@ func (v *Vault) DiscardFirstKey() {
 // says that the new state is stored). On a store that keeps chunks, blob
 // is a head and layout its chunks.
 func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layout *Layout) error {
-	// A key file staged ahead (StageFirstKey) is this commit's when
-	// nothing is stored yet and the blob is under its key and names it.
 	early := v.early
 	v.early = nil
-	if early != nil && !(v.disk == nil && !v.unsure && bytes.Equal(early.dek, dek) && seal.CanonicalMode(early.mode) == seal.CanonicalMode(mode) && names(blob, seal.KeyID(dek))) {
+	if early != nil && !(v.disk == nil && !v.unsure && early.fits(blob, dek, mode)) {
 		early.staged.Discard()
 		early = nil
 	}
@@ -534,8 +539,11 @@ func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layou
 	var staged store.Staged
 	if early != nil || !v.keyFileHolds(blob, dek, mode) {
 		var keyFile []byte
-		held := &heldKey{id: seal.KeyID(dek), mode: mode}
-		if early == nil {
+		var keyStaged store.Staged
+		var held *heldKey
+		if early != nil {
+			keyStaged, held = early.staged, &heldKey{id: seal.KeyID(dek), mode: mode}
+		} else {
 			var err error
 			if keyFile, held, err = v.keyFileFor(blob, dek, mode); err != nil {
 				return err
@@ -547,13 +555,7 @@ func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layou
 		if st, ok := v.data.(store.Stager); ok {
 			staged = st.Stage(ctx, blob)
 		}
-		var rev store.Revision
-		var err error
-		if early != nil {
-			rev, err = early.staged.Save(ctx, v.keyRev)
-		} else {
-			rev, err = v.key.Save(ctx, keyFile, v.keyRev)
-		}
+		rev, err := put(ctx, v.key, keyStaged, keyFile, v.keyRev)
 		if err != nil {
 			if staged != nil {
 				staged.Discard()
@@ -566,19 +568,22 @@ func (v *Vault) Commit(ctx context.Context, blob, dek []byte, mode string, layou
 		}
 		v.keyRev, v.keyFile = rev, held
 	}
-	var rev store.Revision
-	var err error
-	if staged != nil {
-		rev, err = staged.Save(ctx, v.dataRev)
-	} else {
-		rev, err = v.data.Save(ctx, blob, v.dataRev)
-	}
+	rev, err := put(ctx, v.data, staged, blob, v.dataRev)
 	if err != nil {
 		return v.afterFailedWrite(ctx, blob, dek, mode, err)
 	}
 	v.dataRev = rev
 	v.disk = &storedBlob{blob: blob, binding: binding, dek: dek, mode: mode}
 	return nil
+}
+
+// put stores blob in s over revision prev: the staged write of blob when
+// there is one, else a Save.
+func put(ctx context.Context, s store.Store, staged store.Staged, blob []byte, prev store.Revision) (store.Revision, error) {
+	if staged != nil {
+		return staged.Save(ctx, prev)
+	}
+	return s.Save(ctx, blob, prev)
 }
 
 // keyFileHolds reports whether the stored key file already opens both

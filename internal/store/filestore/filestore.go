@@ -139,12 +139,8 @@ func (s *Store) Save(ctx context.Context, blob []byte, prevRev store.Revision) (
 	defer s.mu.Unlock()
 	s.tmpGen++
 
-	_, cur, err := s.read()
-	if err != nil {
+	if err := s.holds(prevRev); err != nil {
 		return "", err
-	}
-	if cur != prevRev {
-		return "", store.ErrConflict
 	}
 
 	tmp := s.path + tmpSuffix
@@ -153,6 +149,19 @@ func (s *Store) Save(ctx context.Context, blob []byte, prevRev store.Revision) (
 		return "", fmt.Errorf("filestore: save: %w", err)
 	}
 	return s.putInPlace(ctx, blob)
+}
+
+// holds returns nil when the file's revision is prevRev, else
+// store.ErrConflict (or the error reading it).
+func (s *Store) holds(prevRev store.Revision) error {
+	_, cur, err := s.read()
+	if err != nil {
+		return err
+	}
+	if cur != prevRev {
+		return store.ErrConflict
+	}
+	return nil
 }
 
 // putInPlace renames the synced <name>.tmp holding blob over <name> and
@@ -231,14 +240,9 @@ func (st *staged) Save(ctx context.Context, prevRev store.Revision) (store.Revis
 		return "", fmt.Errorf("filestore: save: %w", errStagedReplaced)
 	}
 	s.tmpGen++
-	_, cur, err := s.read()
-	if err != nil {
+	if err := s.holds(prevRev); err != nil {
 		os.Remove(s.path + tmpSuffix)
 		return "", err
-	}
-	if cur != prevRev {
-		os.Remove(s.path + tmpSuffix)
-		return "", store.ErrConflict
 	}
 	return s.putInPlace(ctx, st.blob)
 }

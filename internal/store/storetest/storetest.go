@@ -17,8 +17,8 @@ import (
 
 // Run checks that the stores made by newStore follow the store.Store
 // contract, and the store.Mover and store.Stager contracts when they
-// implement them. Every
-// subtest calls newStore once and expects an empty store.
+// implement them. Every subtest calls newStore once and expects an empty
+// store.
 //
 // Revisions may be derived from content (two saves of equal bytes may yield
 // the same revision), so the suite writes distinct blobs wherever it needs
