@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"debug/buildinfo"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -24,5 +26,38 @@ exit 3`
 	logs := c.Logs()
 	if got := strings.Count(logs, "\n"); got != lines+3 || !strings.HasSuffix(logs, "\nlast\n") {
 		t.Fatalf("%d lines logged, want %d ending in \"last\" (exit: %v)", got, lines+3, c.err)
+	}
+}
+
+// TestRaceCoordinatorIsTheRaceBuild: the binary the concurrent-fault runs
+// start is built with the race detector, whether or not this test binary
+// is (scripts/test runs this package without it); and the release build
+// is not. Under CI=true there must be a race build.
+func TestRaceCoordinatorIsTheRaceBuild(t *testing.T) {
+	t.Parallel()
+	race := func(path string) bool {
+		t.Helper()
+		info, err := buildinfo.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range info.Settings {
+			if s.Key == "-race" {
+				return s.Value == "true"
+			}
+		}
+		return false
+	}
+	if race(coordinatorBin) {
+		t.Errorf("%s (the release build) has the race detector", coordinatorBin)
+	}
+	if raceCoordinatorBin == coordinatorBin {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no race detector's build of the coordinator under CI=true")
+		}
+		t.Skip("no race detector's build here (no C compiler)")
+	}
+	if !race(raceCoordinatorBin) {
+		t.Errorf("%s is not built with the race detector", raceCoordinatorBin)
 	}
 }

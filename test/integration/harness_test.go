@@ -29,12 +29,18 @@ import (
 // coordinatorBin is the binary built once in TestMain, as the release
 // build is (static, -trimpath: the Dockerfile's configuration, whose
 // compiled packages the other tests' builds share). raceCoordinatorBin is
-// the same program built with the race detector when the tests run with
-// it (else coordinatorBin): the runs that drive concurrent clients through
-// faults (the linearizability and chaos runs, the torture test) start it,
-// so that a data race in the real process under that load fails them. The
-// other tests check behaviour, not concurrency, and a race-instrumented
-// process costs them several times the CPU.
+// the same program built with the race detector: the runs that drive
+// concurrent clients through faults (the linearizability and chaos runs,
+// the torture test) start it, so that a data race in the real process
+// under that load fails them. The other tests check behaviour, not
+// concurrency, and a race-instrumented process costs them several times
+// the CPU.
+//
+// The race detector's build does not depend on how this test binary is
+// built: scripts/test runs this package without the race detector (its
+// own code is a harness of processes) and the Coordinator under load with
+// it. It needs cgo and a C compiler; without one it is coordinatorBin,
+// except under CI=true, where that fails the run (raceBuild).
 var coordinatorBin, raceCoordinatorBin string
 
 // defaultParallel is how many tests of this package run at once unless
@@ -60,9 +66,16 @@ func TestMain(m *testing.M) {
 	release.Env = append(os.Environ(), "CGO_ENABLED=0")
 	builds := []*exec.Cmd{release}
 	raceCoordinatorBin = coordinatorBin
-	if raceEnabled {
+	if ok, why := raceBuild(); ok {
 		raceCoordinatorBin = filepath.Join(dir, "coordinator-race")
-		builds = append(builds, exec.Command("go", "build", "-race", "-o", raceCoordinatorBin, "github.com/quarry-cc/quarry/cmd/coordinator"))
+		race := exec.Command("go", "build", "-race", "-o", raceCoordinatorBin, "github.com/quarry-cc/quarry/cmd/coordinator")
+		race.Env = append(os.Environ(), "CGO_ENABLED=1")
+		builds = append(builds, race)
+	} else if os.Getenv("CI") == "true" {
+		fmt.Fprintln(os.Stderr, "the race detector's build of the coordinator cannot be made:", why)
+		os.Exit(1)
+	} else {
+		fmt.Fprintln(os.Stderr, "note: the concurrent-fault runs use the release build of the coordinator:", why)
 	}
 	for _, b := range builds {
 		b.Stdout, b.Stderr = os.Stderr, os.Stderr
@@ -81,6 +94,23 @@ func TestMain(m *testing.M) {
 	reportContract() // contract_test.go
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// raceBuild reports whether the race detector's build of the coordinator
+// can be made here, and if not why: it needs cgo, hence the C compiler
+// go env names.
+func raceBuild() (bool, string) {
+	if raceEnabled {
+		return true, ""
+	}
+	cc := "gcc"
+	if out, err := exec.Command("go", "env", "CC").Output(); err == nil && strings.TrimSpace(string(out)) != "" {
+		cc = strings.Fields(string(out))[0]
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		return false, fmt.Sprintf("no C compiler (%v)", err)
+	}
+	return true, ""
 }
 
 // coordinator is one running coordinator process.

@@ -44,9 +44,12 @@ func marbleBinaries(t *testing.T) (premain, appDir string) {
 			marbleBins.err = err
 			return
 		}
-		args := []string{"build", "-o", dir + string(filepath.Separator)}
+		// With the race detector when the tests run with it (the
+		// configuration of their compiled packages), else -trimpath as
+		// the release build of the coordinator.
+		args := []string{"build", "-o", dir + string(filepath.Separator), "-trimpath"}
 		if raceEnabled {
-			args = append(args, "-race")
+			args[len(args)-1] = "-race"
 		}
 		args = append(args, "github.com/quarry-cc/quarry/cmd/quarry-premain",
 			"github.com/quarry-cc/quarry/cmd/quarry-premain/internal/testapp")
