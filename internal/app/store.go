@@ -10,13 +10,12 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/quarry-cc/quarry/api/jsend"
 	"github.com/quarry-cc/quarry/internal/core"
 	"github.com/quarry-cc/quarry/internal/seal"
+	"github.com/quarry-cc/quarry/internal/server/rest"
 	"github.com/quarry-cc/quarry/internal/store"
 	"github.com/quarry-cc/quarry/internal/store/etcdstore"
 	"github.com/quarry-cc/quarry/internal/store/filestore"
@@ -206,17 +205,7 @@ func (a *App) syncing(next http.Handler, fresh *freshness) http.Handler {
 			fresh.note(err, time.Now())
 		}
 		if err != nil {
-			a.log.Warn("request refused: the shared state cannot be read", "error", err.Error())
-			msg := "the Coordinator cannot reach its state store (etcd); try again or another instance"
-			var body any = jsend.Response[any]{Status: jsend.StatusError, Message: msg}
-			if !strings.HasPrefix(r.URL.Path, "/api/v2/") {
-				body = jsend.V1Response[any]{Status: jsend.StatusError, Message: msg}
-			}
-			buf, _ := json.Marshal(body)
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Retry-After", strconv.Itoa(1))
-			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write(buf)
+			rest.Unavailable(w, r, a.log, err)
 			return
 		}
 		next.ServeHTTP(w, r)

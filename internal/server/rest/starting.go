@@ -3,6 +3,7 @@ package rest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -68,3 +69,19 @@ type notLoadedError struct{}
 
 func (notLoadedError) Error() string          { return "not ready: " + notLoadedError{}.NotReadyReason() }
 func (notLoadedError) NotReadyReason() string { return "the state is not loaded yet" }
+
+// Unavailable answers r as the Client API answers a request whose shared
+// state cannot be read (core.ErrUnavailable): 503 with Retry-After, the
+// JSend error of r's API generation, with what to do; cause goes to log.
+// It is for a refusal before the request reaches the handlers (the sync
+// that precedes every request on a shared store), so that the answer is
+// the handlers' own.
+func Unavailable(w http.ResponseWriter, r *http.Request, log *slog.Logger, cause error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if !errors.Is(cause, core.ErrUnavailable) {
+		cause = fmt.Errorf("%w: %w", core.ErrUnavailable, cause)
+	}
+	renderer{log: log, v1: isV1(r)}.write(w, r, nil, cause)
+}

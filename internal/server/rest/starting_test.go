@@ -1,10 +1,15 @@
 package rest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -92,5 +97,44 @@ func TestStarting(t *testing.T) {
 	Starting(nil, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, PathReadyz, nil))
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "not loaded") {
 		t.Errorf("readyz without a readiness: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestUnavailable: a request refused before the handlers because the
+// shared state cannot be read gets the handlers' own answer to
+// core.ErrUnavailable in both generations: 503, Retry-After, the JSend
+// error with what to do, the headers of every answer; the cause (etcd's
+// error) is logged, never shown.
+func TestUnavailable(t *testing.T) {
+	const cause = "etcdserver: request timed out (endpoint 10.0.0.7:2379)"
+	for _, c := range []struct {
+		path, statusKey, messageKey string
+		err                         error
+	}{
+		{"/api/v2/status", "status", "message", errors.New(cause)},
+		{"/status", "Status", "Message", errors.New(cause)},
+		{"/api/v2/secrets", "status", "message", fmt.Errorf("%w: %s", core.ErrUnavailable, cause)},
+	} {
+		var logs bytes.Buffer
+		rec := httptest.NewRecorder()
+		Unavailable(rec, httptest.NewRequest(http.MethodGet, c.path, nil), slog.New(slog.NewTextHandler(&logs, nil)), c.err)
+		var got map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+			t.Fatalf("%s: body %q: %v", c.path, rec.Body, err)
+		}
+		if rec.Code != http.StatusServiceUnavailable || got[c.statusKey] != "error" || got[c.messageKey] != msgStoreUnavailable {
+			t.Errorf("%s: %d %v", c.path, rec.Code, got)
+		}
+		h := rec.Header()
+		if h.Get("Retry-After") != "1" || h.Get("Content-Type") != "application/json" || h.Get("X-Content-Type-Options") != "nosniff" ||
+			h.Get("Cache-Control") != "no-store" || h.Get("Content-Length") != strconv.Itoa(rec.Body.Len()) {
+			t.Errorf("%s: headers %v", c.path, h)
+		}
+		if strings.Contains(rec.Body.String(), "10.0.0.7") {
+			t.Errorf("%s: the cause is shown: %s", c.path, rec.Body)
+		}
+		if !strings.Contains(logs.String(), "10.0.0.7") {
+			t.Errorf("%s: the cause is not logged: %s", c.path, logs.String())
+		}
 	}
 }
