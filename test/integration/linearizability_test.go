@@ -88,8 +88,8 @@ type linRun struct {
 	// after the manifest was set (checkRoots).
 	rootChecked atomic.Int32
 	// setBy is 1 + the instance that acknowledged the manifest (0: none).
-	setBy atomic.Int32
-	rootErrs    []string
+	setBy    atomic.Int32
+	rootErrs []string
 
 	mu  sync.Mutex
 	ops []porcupine.Operation
