@@ -47,12 +47,13 @@ func marbleBinaries(t *testing.T) (premain, appDir string) {
 		// With the race detector when the tests run with it (the
 		// configuration of their compiled packages), else -trimpath as
 		// the release build of the coordinator.
-		args := []string{"build", "-o", dir + string(filepath.Separator), "-trimpath"}
+		config := "-trimpath"
 		if raceEnabled {
-			args[len(args)-1] = "-race"
+			config = "-race"
 		}
-		args = append(args, "github.com/quarry-cc/quarry/cmd/quarry-premain",
-			"github.com/quarry-cc/quarry/cmd/quarry-premain/internal/testapp")
+		args := []string{"build", config, "-o", dir + string(filepath.Separator),
+			"github.com/quarry-cc/quarry/cmd/quarry-premain",
+			"github.com/quarry-cc/quarry/cmd/quarry-premain/internal/testapp"}
 		marbleBins.out, marbleBins.err = exec.Command("go", args...).CombinedOutput()
 		marbleBins.premain = filepath.Join(dir, "quarry-premain")
 		marbleBins.appDir = dir
